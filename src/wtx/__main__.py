@@ -1,0 +1,3 @@
+from wtx.cli import main
+
+main()

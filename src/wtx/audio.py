@@ -1,0 +1,194 @@
+"""Decoding audio with FFmpeg and cutting it into 30-second windows that carry their offsets.
+
+Audio is streamed from ffmpeg window by window (never decoded whole), as 16 kHz mono float32.
+The binary is the system's `ffmpeg`, else the one imageio-ffmpeg ships; where neither exists,
+FFmpeg's libraries are used through PyAV if it is installed.
+"""
+
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from wtx.errors import AudioError, FFmpegMissing
+
+SAMPLE_RATE = 16000
+CHUNK_LENGTH = 30  # seconds per window
+N_SAMPLES = CHUNK_LENGTH * SAMPLE_RATE  # 480000 samples in a window
+HOP_LENGTH = 160
+N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
+
+STDIN = "-"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One 30-second slice of a recording; `samples` is padded with silence to N_SAMPLES."""
+
+    index: int
+    offset: float  # seconds from the start of the recording
+    duration: float  # seconds of real audio in the window (<= 30)
+    samples: np.ndarray  # float32 [N_SAMPLES]
+
+
+def ffmpeg_binary() -> str | None:
+    found = shutil.which("ffmpeg")
+    if found:
+        return found
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except (ImportError, RuntimeError):
+        return None
+
+
+def _display(source: str) -> str:
+    return "<stdin>" if source == STDIN else source
+
+
+def probe_duration(source: str) -> float | None:
+    """Duration in seconds from the container header, or None where unknown (stdin, no header)."""
+    if source == STDIN:
+        return None
+    binary = ffmpeg_binary()
+    if binary is None:
+        return _pyav_duration(source)
+    result = subprocess.run(
+        [binary, "-hide_banner", "-nostdin", "-i", source], capture_output=True, text=True,
+        errors="replace",
+    )  # fmt: skip
+    match = re.search(r"Duration: (\d+):(\d\d):(\d\d(?:\.\d+)?)", result.stderr)
+    if not match:
+        return None
+    h, m, s = match.groups()
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+def _pyav_duration(source: str) -> float | None:
+    try:
+        import av
+
+        with av.open(source) as container:
+            return container.duration / 1e6 if container.duration else None
+    except Exception:
+        return None
+
+
+def _ffmpeg_reason(stderr: bytes) -> str:
+    lines = [line.strip() for line in stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "ffmpeg failed without a message"
+
+
+def _ffmpeg_stream(binary: str, source: str, block: int) -> Iterator[np.ndarray]:
+    """Yields float32 blocks of `block` samples (the last one shorter) from an ffmpeg pipe."""
+    cmd = [
+        binary, "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "0",
+        "-i", "pipe:0" if source == STDIN else source,
+        "-vn", "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
+    ]  # fmt: skip
+    if source == STDIN:
+        cmd.remove("-nostdin")
+    stdin = sys.stdin.buffer if source == STDIN else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stderr_chunks: list[bytes] = []
+    drain = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()), daemon=True)
+    drain.start()
+    try:
+        nbytes = block * 4
+        while True:
+            buf = proc.stdout.read(nbytes)
+            if not buf:
+                break
+            while len(buf) < nbytes:
+                more = proc.stdout.read(nbytes - len(buf))
+                if not more:
+                    break
+                buf += more
+            yield np.frombuffer(buf[: len(buf) // 4 * 4], dtype=np.float32)
+        proc.wait()
+        drain.join()
+        if proc.returncode != 0:
+            reason = _ffmpeg_reason(b"".join(stderr_chunks))
+            raise AudioError(f"{_display(source)}: ffmpeg cannot decode it: {reason}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
+    """The same stream through PyAV, for machines without an ffmpeg binary."""
+    try:
+        import av
+    except ImportError as e:
+        raise FFmpegMissing(
+            "no ffmpeg found: install it (apt-get install ffmpeg) or pip install imageio-ffmpeg"
+        ) from e
+    try:
+        container = av.open(sys.stdin.buffer if source == STDIN else source)
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        pending = np.zeros(0, dtype=np.float32)
+        with container:
+            stream = container.streams.audio[0]
+            for frame in container.decode(stream):
+                for out in resampler.resample(frame):
+                    pending = np.concatenate([pending, out.to_ndarray().reshape(-1)])
+                    while len(pending) >= block:
+                        yield pending[:block]
+                        pending = pending[block:]
+            for out in resampler.resample(None):
+                pending = np.concatenate([pending, out.to_ndarray().reshape(-1)])
+        while len(pending) >= block:
+            yield pending[:block]
+            pending = pending[block:]
+        if len(pending):
+            yield pending
+    except (av.FFmpegError, IndexError) as e:
+        reason = "no audio stream" if isinstance(e, IndexError) else str(e)
+        raise AudioError(f"{_display(source)}: cannot decode it: {reason}") from e
+
+
+def stream_samples(source: str, block: int = N_SAMPLES) -> Iterator[np.ndarray]:
+    """16 kHz mono float32 samples of `source` (a path or '-'), in blocks of `block` samples."""
+    if source != STDIN and not Path(source).is_file():
+        raise AudioError(f"{source}: no such file")
+    binary = ffmpeg_binary()
+    if binary is not None:
+        return _ffmpeg_stream(binary, source, block)
+    return _pyav_stream(source, block)
+
+
+def load_audio(source: str) -> np.ndarray:
+    """The whole recording as one array (for tests and short clips)."""
+    blocks = list(stream_samples(source))
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.float32)
+
+
+def pad_window(samples: np.ndarray) -> np.ndarray:
+    if len(samples) == N_SAMPLES:
+        return samples
+    out = np.zeros(N_SAMPLES, dtype=np.float32)
+    out[: len(samples)] = samples
+    return out
+
+
+def fixed_windows(blocks: Iterator[np.ndarray]) -> Iterator[Window]:
+    """Cuts a sample stream into consecutive 30-second windows, the last one padded."""
+    index = 0
+    for samples in blocks:
+        if len(samples) == 0:
+            continue
+        yield Window(
+            index=index,
+            offset=index * CHUNK_LENGTH,
+            duration=len(samples) / SAMPLE_RATE,
+            samples=pad_window(samples),
+        )
+        index += 1

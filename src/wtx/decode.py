@@ -1,0 +1,188 @@
+"""Greedy decoding with timestamps for a whole batch, as tensor masks.
+
+The rules are openai-whisper's `decode()` rules (SuppressBlank, SuppressTokens,
+ApplyTimestampRules with the initial-timestamp limit), rewritten without per-row Python:
+each step reads a few [B] state tensors and builds one [B, n_vocab] mask. Nothing here
+branches on tensor values, so a step compiles into a single graph.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from wtx.audio import CHUNK_LENGTH
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    task: str = "transcribe"
+    language: str | None = None  # None: English for .en models, detected once per file otherwise
+    sample_len: int = 224  # openai-whisper's default: n_text_ctx // 2
+    suppress_blank: bool = True
+    max_initial_timestamp: float = 1.0
+    no_speech_threshold: float = 0.6
+    logprob_threshold: float = -1.0
+
+
+def get_tokenizer(dims, language: str | None, task: str):
+    from whisper.tokenizer import get_tokenizer as whisper_tokenizer
+
+    return whisper_tokenizer(
+        dims.is_multilingual, num_languages=dims.num_languages, language=language, task=task
+    )
+
+
+def suppress_tokens(tokenizer) -> list[int]:
+    """openai-whisper's suppress_tokens="-1" set plus the task and special tokens."""
+    tokens = set(tokenizer.non_speech_tokens)
+    tokens.update([tokenizer.transcribe, tokenizer.translate, tokenizer.sot])
+    tokens.update([tokenizer.sot_prev, tokenizer.sot_lm])
+    if tokenizer.no_speech is not None:
+        tokens.add(tokenizer.no_speech)
+    return sorted(tokens)
+
+
+class TimestampRules(torch.nn.Module):
+    """All logit filters of greedy timestamped decoding, held as [n_vocab] tensors."""
+
+    def __init__(self, tokenizer, n_vocab: int, options: DecodingOptions, device=None):
+        super().__init__()
+        self.eot = tokenizer.eot
+        self.timestamp_begin = tokenizer.timestamp_begin
+        self.max_initial_timestamp_index = round(options.max_initial_timestamp / TIME_PRECISION)
+        vocab = torch.arange(n_vocab, device=device)
+        suppress = torch.zeros(n_vocab, dtype=torch.bool, device=device)
+        suppress[suppress_tokens(tokenizer)] = True
+        if tokenizer.no_timestamps is not None:
+            suppress[tokenizer.no_timestamps] = True
+        blank = torch.zeros(n_vocab, dtype=torch.bool, device=device)
+        if options.suppress_blank:
+            blank[tokenizer.encode(" ") + [tokenizer.eot]] = True
+        last_initial = self.timestamp_begin + self.max_initial_timestamp_index
+        initial = (vocab < self.timestamp_begin) | (vocab > last_initial)
+        self.register_buffer("vocab", vocab, persistent=False)
+        self.register_buffer("suppress", suppress, persistent=False)
+        self.register_buffer("first_step", blank | initial, persistent=False)
+        self.register_buffer("is_timestamp", vocab >= self.timestamp_begin, persistent=False)
+        self.register_buffer("is_text", vocab < self.eot, persistent=False)
+
+    def forward(self, logits: Tensor, i: Tensor, last: Tensor, penult: Tensor, max_ts: Tensor):
+        """Masks logits [B, V] for sampled step `i` (a 0-d tensor).
+
+        last, penult: the previous two sampled tokens [B] (any value where i < 1, i < 2);
+        max_ts: the last sampled timestamp token [B], 0 where none was sampled yet.
+        """
+        ts_begin = self.timestamp_begin
+        last_ts = (i >= 1) & (last >= ts_begin)  # [B]
+        penult_ts = (i < 2) | (penult >= ts_begin)
+        pair_closed = (last_ts & penult_ts)[:, None]
+        pair_open = (last_ts & ~penult_ts)[:, None]
+        # timestamps never decrease, and a segment has nonzero length
+        ts_last = torch.where(last_ts & ~penult_ts, max_ts, max_ts + 1)[:, None]
+        mask = (
+            self.suppress
+            | (pair_closed & self.is_timestamp)
+            | (pair_open & self.is_text)
+            | (self.is_timestamp & (self.vocab < ts_last))
+            | ((i == 0) & self.first_step)
+        )
+        logits = logits.masked_fill(mask, float("-inf"))
+        # where timestamps are jointly likelier than any single text token, sample a timestamp
+        logprobs = torch.log_softmax(logits, dim=-1)
+        timestamp_logprob = logprobs[:, ts_begin:].logsumexp(dim=-1)
+        max_text_logprob = logprobs[:, :ts_begin].amax(dim=-1)
+        force = (timestamp_logprob > max_text_logprob)[:, None] & ~self.is_timestamp
+        return logits.masked_fill(force, float("-inf"))
+
+
+@dataclass
+class DecodeState:
+    """Per-row state of greedy decoding; every field is a [B] tensor."""
+
+    last: Tensor
+    penult: Tensor
+    max_ts: Tensor
+    finished: Tensor
+    sum_logprobs: Tensor
+
+    @classmethod
+    def start(cls, batch_size: int, device) -> "DecodeState":
+        zeros = torch.zeros(batch_size, dtype=torch.long, device=device)
+        return cls(
+            last=zeros,
+            penult=zeros.clone(),
+            max_ts=zeros.clone(),
+            finished=torch.zeros(batch_size, dtype=torch.bool, device=device),
+            sum_logprobs=torch.zeros(batch_size, dtype=torch.float32, device=device),
+        )
+
+
+def greedy_select(rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState):
+    """Applies the rules, picks the argmax token per row; returns (tokens [B], new state)."""
+    logits = rules(logits, i, state.last, state.penult, state.max_ts)
+    next_tokens = logits.argmax(dim=-1)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    current = logprobs.gather(-1, next_tokens[:, None])[:, 0]
+    sum_logprobs = state.sum_logprobs + torch.where(state.finished, 0.0, current)
+    next_tokens = torch.where(state.finished, rules.eot, next_tokens)
+    is_ts = next_tokens >= rules.timestamp_begin
+    return next_tokens, DecodeState(
+        last=next_tokens,
+        penult=state.last,
+        max_ts=torch.where(is_ts, next_tokens, state.max_ts),
+        finished=state.finished | (next_tokens == rules.eot),
+        sum_logprobs=sum_logprobs,
+    )
+
+
+@dataclass(frozen=True)
+class Segment:
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...] = ()
+
+
+def split_segments(tokens: list[int], tokenizer, offset: float, duration: float) -> list[Segment]:
+    """Turns one window's sampled tokens (up to end-of-text) into timed segments.
+
+    Follows openai-whisper's transcribe(): consecutive timestamp pairs close segments; text
+    after the last pair becomes a final segment ending at the last timestamp or the window end.
+    Times are absolute (window offset added) and clipped to the window's real audio.
+    """
+    ts_begin = tokenizer.timestamp_begin
+    window_end = offset + min(duration, CHUNK_LENGTH)
+
+    def make(piece: list[int], start: float, end: float) -> Segment | None:
+        text_tokens = [t for t in piece if t < tokenizer.eot]
+        text = tokenizer.decode(text_tokens).strip()
+        if not text:
+            return None
+        start = min(offset + start, window_end)
+        end = min(max(offset + end, start), window_end)
+        return Segment(round(start, 3), round(end, 3), text, tuple(text_tokens))
+
+    segments: list[Segment] = []
+    is_ts = [t >= ts_begin for t in tokens]
+    cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    last_cut = 0
+    for cut in cuts:
+        piece = tokens[last_cut:cut]
+        seg = make(piece, (piece[0] - ts_begin) * TIME_PRECISION, (piece[-1] - ts_begin) * TIME_PRECISION)
+        if seg:
+            segments.append(seg)
+        last_cut = cut
+    rest = tokens[last_cut:]
+    if any(t < tokenizer.eot for t in rest):
+        stamps = [t for t in rest if t >= ts_begin]
+        start = (stamps[0] - ts_begin) * TIME_PRECISION if rest[0] >= ts_begin else 0.0
+        end = (stamps[-1] - ts_begin) * TIME_PRECISION if rest[-1] >= ts_begin else CHUNK_LENGTH
+        if end <= start:
+            end = CHUNK_LENGTH
+        seg = make(rest, start, end)
+        if seg:
+            segments.append(seg)
+    return segments

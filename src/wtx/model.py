@@ -1,0 +1,263 @@
+"""The rewritten Whisper: openai-whisper's architecture and parameter names, static shapes.
+
+Differences from openai/whisper's model.py, all in service of torch.compile and CUDA graphs:
+- the decoder's self-attention keys/values live in a preallocated `KVCache` of length
+  `n_text_ctx`, written in place at a position tensor (no hooks, no torch.cat);
+- cross-attention keys/values are computed once per batch into preallocated buffers;
+- the causal mask is a buffer indexed by the position tensor, so one graph serves every step;
+- forward has no Python branching on tensor values.
+
+State dicts from openai-whisper checkpoints load unchanged.
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class ModelDimensions:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.n_vocab >= 51865
+
+    @property
+    def num_languages(self) -> int:
+        return self.n_vocab - 51765 - int(self.is_multilingual)
+
+
+class LayerNorm(nn.LayerNorm):
+    """Always normalizes in float32, like openai-whisper, whatever the model dtype."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = self.weight.float()
+        bias = self.bias.float()
+        return F.layer_norm(x.float(), self.normalized_shape, weight, bias, self.eps).type(x.dtype)
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
+    """Sinusoidal position table, as openai-whisper builds it for the encoder."""
+    log_timescale_increment = torch.log(torch.tensor(max_timescale)) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+def split_heads(x: Tensor, n_head: int) -> Tensor:
+    # x: [B, T, D] -> [B, H, T, D/H]
+    b, t, d = x.shape
+    return x.view(b, t, n_head, d // n_head).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    # x: [B, H, T, Dh] -> [B, T, H*Dh]
+    b, h, t, dh = x.shape
+    return x.transpose(1, 2).reshape(b, t, h * dh)
+
+
+class KVCache(nn.Module):
+    """Self-attention keys and values for every decoder position, preallocated."""
+
+    def __init__(self, batch_size: int, n_head: int, max_len: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (batch_size, n_head, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        # input_pos: [T]; k, v: [B, H, T, Dh]
+        self.k.index_copy_(2, input_pos, k)
+        self.v.index_copy_(2, input_pos, v)
+        return self.k, self.v
+
+
+class CrossKV(nn.Module):
+    """Cross-attention keys and values over the audio features, computed once per batch."""
+
+    def __init__(self, batch_size: int, n_head: int, n_audio_ctx: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (batch_size, n_head, n_audio_ctx, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: Tensor, input_pos: Tensor | None = None, mask: Tensor | None = None):
+        # x: [B, T, D]; without a cache (the encoder) attention is over x itself.
+        q = split_heads(self.query(x), self.n_head)
+        k = split_heads(self.key(x), self.n_head)
+        v = split_heads(self.value(x), self.n_head)
+        if self.kv_cache is not None:
+            k, v = self.kv_cache.update(input_pos, k, v)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(merge_heads(a))
+
+
+class CrossAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+        self.cross_kv: CrossKV | None = None
+
+    def set_audio_features(self, xa: Tensor) -> None:
+        # xa: [B, n_audio_ctx, D]; writes into the preallocated buffers in place
+        self.cross_kv.k.copy_(split_heads(self.key(xa), self.n_head))
+        self.cross_kv.v.copy_(split_heads(self.value(xa), self.n_head))
+
+    def forward(self, x: Tensor) -> Tensor:
+        q = split_heads(self.query(x), self.n_head)
+        a = F.scaled_dot_product_attention(q, self.cross_kv.k, self.cross_kv.v)
+        return self.out(merge_heads(a))
+
+
+def mlp(n_state: int) -> nn.Sequential:
+    n_mlp = n_state * 4
+    return nn.Sequential(nn.Linear(n_state, n_mlp), nn.GELU(), nn.Linear(n_mlp, n_state))
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.attn = SelfAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.mlp = mlp(n_state)
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_ln(x))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.attn = SelfAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.cross_attn = CrossAttention(n_state, n_head)
+        self.cross_attn_ln = LayerNorm(n_state)
+        self.mlp = mlp(n_state)
+        self.mlp_ln = LayerNorm(n_state)
+
+    def forward(self, x: Tensor, input_pos: Tensor, mask: Tensor) -> Tensor:
+        x = x + self.attn(self.attn_ln(x), input_pos, mask)
+        x = x + self.cross_attn(self.cross_attn_ln(x))
+        return x + self.mlp(self.mlp_ln(x))
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
+        self.blocks = nn.ModuleList(EncoderBlock(n_state, n_head) for _ in range(n_layer))
+        self.ln_post = LayerNorm(n_state)
+
+    def forward(self, mel: Tensor) -> Tensor:
+        # mel: [B, n_mels, 3000] -> [B, n_audio_ctx, D]
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x))
+        x = x.permute(0, 2, 1) + self.positional_embedding.to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_post(x)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
+        self.blocks = nn.ModuleList(DecoderBlock(n_state, n_head) for _ in range(n_layer))
+        self.ln = LayerNorm(n_state)
+        causal = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril()
+        self.register_buffer("causal_mask", causal, persistent=False)
+
+    def set_audio_features(self, xa: Tensor) -> None:
+        for block in self.blocks:
+            block.cross_attn.set_audio_features(xa)
+
+    def forward(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
+        # tokens: [B, T] at positions input_pos: [T] -> logits [B, T, n_vocab] in float32
+        x = self.token_embedding(tokens) + self.positional_embedding[input_pos]
+        mask = self.causal_mask[input_pos][None, None]  # [1, 1, T, n_ctx]
+        for block in self.blocks:
+            x = block(x, input_pos, mask)
+        x = self.ln(x)
+        return (x @ self.token_embedding.weight.T).float()
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDimensions):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(
+            dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head, dims.n_audio_layer
+        )
+        self.decoder = TextDecoder(
+            dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer
+        )
+        self.batch_size = 0
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.token_embedding.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.token_embedding.weight.dtype
+
+    def setup_caches(self, batch_size: int) -> None:
+        """Preallocate self- and cross-attention caches for `batch_size` rows (outside any graph)."""
+        if batch_size == self.batch_size:
+            return
+        d = self.dims
+        head_dim = d.n_text_state // d.n_text_head
+        for block in self.decoder.blocks:
+            block.attn.kv_cache = KVCache(
+                batch_size, d.n_text_head, d.n_text_ctx, head_dim, self.dtype, self.device
+            )
+            block.cross_attn.cross_kv = CrossKV(
+                batch_size, d.n_text_head, d.n_audio_ctx, head_dim, self.dtype, self.device
+            )
+        self.batch_size = batch_size
+
+
+def load_model(checkpoint: dict, device: str | torch.device = "cpu", dtype=torch.float32) -> Whisper:
+    """Build the rewritten model from an openai-whisper checkpoint dict ({dims, model_state_dict})."""
+    dims = ModelDimensions(**checkpoint["dims"])
+    with torch.device("meta"):
+        model = Whisper(dims)
+    state = {k: v.to(device=device, dtype=dtype) for k, v in checkpoint["model_state_dict"].items()}
+    if "encoder.positional_embedding" not in state:  # some exports omit the fixed sinusoids
+        state["encoder.positional_embedding"] = sinusoids(dims.n_audio_ctx, dims.n_audio_state)
+    model.load_state_dict(state, assign=True, strict=True)
+    causal = torch.ones(dims.n_text_ctx, dims.n_text_ctx, dtype=torch.bool, device=device).tril()
+    model.decoder.causal_mask = causal
+    return model.eval().requires_grad_(False)
