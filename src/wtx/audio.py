@@ -103,15 +103,13 @@ def _ffmpeg_stream(binary: str, source: str, block: int) -> Iterator[np.ndarray]
     try:
         nbytes = block * 4
         while True:
-            buf = proc.stdout.read(nbytes)
-            if not buf:
+            buf = bytearray(nbytes)  # writable, so the samples can become tensors without a copy
+            view, got = memoryview(buf), 0
+            while got < nbytes and (n := proc.stdout.readinto(view[got:])):
+                got += n
+            if got == 0:
                 break
-            while len(buf) < nbytes:
-                more = proc.stdout.read(nbytes - len(buf))
-                if not more:
-                    break
-                buf += more
-            yield np.frombuffer(buf[: len(buf) // 4 * 4], dtype=np.float32)
+            yield np.frombuffer(buf, dtype=np.float32, count=got // 4)
         proc.wait()
         drain.join()
         if proc.returncode != 0:

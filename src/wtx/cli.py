@@ -1,0 +1,105 @@
+"""The wtx command line. Parses options, prints to stderr, writes data to stdout or files,
+and picks exit codes. torch is imported only inside the commands that need it."""
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from wtx import __version__
+
+app = typer.Typer(
+    name="wtx",
+    help="Transcribe long recordings with a rewritten, compile-ready OpenAI Whisper.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"wtx {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """wtx: long-form Whisper transcription, as fast as the hardware allows."""
+
+
+def _parse_formats(value: str) -> list[str]:
+    from wtx.writers import FORMATS
+
+    formats = [f.strip().lower() for f in value.split(",") if f.strip()]
+    if value.strip().lower() == "all":
+        return list(FORMATS)
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise typer.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(FORMATS)} or all")
+    return list(dict.fromkeys(formats))
+
+
+def _check_inputs(inputs: list[str]) -> None:
+    if inputs.count("-") > 1:
+        raise typer.BadParameter("'-' (stdin) can be given only once", param_hint="FILES")
+    for source in inputs:
+        if source == "-":
+            continue
+        path = Path(source)
+        if not path.exists():
+            raise typer.BadParameter(f"{source}: no such file", param_hint="FILES")
+        if path.is_dir():
+            raise typer.BadParameter(f"{source}: is a directory, not an audio file", param_hint="FILES")
+
+
+@app.command()
+def transcribe(
+    files: Annotated[list[str], typer.Argument(help="Audio or video files ffmpeg can read; '-' reads stdin.", show_default=False)],
+    model: Annotated[str, typer.Option("--model", "-m", help="tiny.en or base (bundled), an openai-whisper name in ~/.cache/whisper, or a .pt path.")] = "tiny.en",
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Directory for the output files (default: next to each input); '-' streams plain text to stdout.")] = None,
+    output_format: Annotated[str, typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all.")] = "txt,srt",
+    language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language code (e.g. en, de). Default: English for .en models, detected once per file otherwise.")] = None,
+    task: Annotated[str, typer.Option("--task", help="transcribe, or translate (to English; multilingual models only).")] = "transcribe",
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows decoded together. Larger is faster on GPUs.")] = 8,
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
+) -> None:
+    """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
+    _check_inputs(files)
+    formats = _parse_formats(output_format)
+    if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
+        raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
+    if task not in ("transcribe", "translate"):
+        raise typer.BadParameter("choose transcribe or translate", param_hint="--task")
+    to_stdout = output_dir == "-"
+    out = None if output_dir in (None, "-") else Path(output_dir)
+
+    from wtx.transcribe import run_transcribe
+
+    code = run_transcribe(
+        files, model=model, out=out, to_stdout=to_stdout, formats=formats, language=language,
+        task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""rich progress on stderr: audio time done / total, windows/s, real-time factor, ETA."""
+
+import time
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+stderr = Console(stderr=True)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class AudioTimeColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        total = "?" if task.total is None else format_duration(task.total)
+        return Text(f"{format_duration(task.completed)}/{total}", style="progress.download")
+
+
+class ThroughputColumn(ProgressColumn):
+    """Windows per second and real-time factor (audio seconds per wall second)."""
+
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        if elapsed <= 0 or task.completed <= 0:
+            return Text("  - win/s     -x RT", style="progress.data.speed")
+        windows = task.fields.get("windows", 0)
+        return Text(
+            f"{windows / elapsed:6.1f} win/s {task.completed / elapsed:7.1f}x RT",
+            style="progress.data.speed",
+        )
+
+
+class TranscribeProgress:
+    """One bar per file and one overall bar; `quiet` makes every call a no-op."""
+
+    def __init__(self, total_audio: float | None, n_files: int, quiet: bool = False):
+        self.quiet = quiet
+        self.started = time.perf_counter()
+        self.progress = Progress(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            AudioTimeColumn(),
+            ThroughputColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=stderr,
+            disable=quiet,
+            transient=False,
+        )
+        self.overall = None
+        if n_files > 1:
+            self.overall = self.progress.add_task(f"all {n_files} files", total=total_audio, windows=0)
+        self.current = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def start_file(self, name: str, duration: float | None) -> None:
+        self.current = self.progress.add_task(name, total=duration, windows=0)
+
+    def advance(self, audio_seconds: float, windows: int = 1) -> None:
+        for task_id in (self.current, self.overall):
+            if task_id is not None:
+                task = self.progress.tasks[task_id]
+                self.progress.update(
+                    task_id, advance=audio_seconds, windows=task.fields.get("windows", 0) + windows
+                )
+
+    def finish_file(self) -> None:
+        if self.current is not None:
+            task = self.progress.tasks[self.current]
+            self.progress.update(self.current, total=task.completed)
+        self.current = None
+
+    def log(self, message: str) -> None:
+        """A line above the bars (stderr)."""
+        if not self.quiet:
+            self.progress.console.print(message, markup=False, highlight=False)

@@ -1,0 +1,52 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+SAMPLE = ROOT / "src" / "wtx" / "assets" / "sample.mp3"
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("wtx-cache")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(cache_root, monkeypatch):
+    """Every test uses a private cache dir, never the user's ~/.cache/wtx."""
+    monkeypatch.setenv("WTX_CACHE_DIR", str(cache_root))
+
+
+def shared_file(relative: str) -> Path:
+    path = SHARED / relative
+    if not path.is_file():
+        pytest.skip(f"{path} is not available")
+    return path
+
+
+def run_wtx(*args: str, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "wtx", *args], input=stdin, capture_output=True, env=full_env, timeout=900
+    )
+
+
+def make_wav(path: Path, seconds: float, rate: int = 16000, channels: int = 1, freq: float = 440.0) -> Path:
+    """A sine tone written with the standard library's wave module."""
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    tone = (0.3 * np.sin(2 * np.pi * freq * t) * 32767).astype("<i2")
+    frames = np.repeat(tone[:, None], channels, axis=1).tobytes()
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(frames)
+    return path

@@ -1,0 +1,85 @@
+"""Exit codes, stdout/stderr separation and outputs of `wtx transcribe`, run as a real process."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SAMPLE, make_wav, run_wtx, shared_file
+from tests.test_writers import parse_srt
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from wtx.cli import app; sys.argv=['wtx','--help']\ntry: app()\nexcept SystemExit: pass\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip().endswith("False")
+
+
+def test_help_explains_every_transcribe_flag():
+    out = run_wtx("transcribe", "--help", env={"COLUMNS": "200"})
+    assert out.returncode == 0
+    text = out.stdout.decode()
+    for flag in ("--model", "--output-dir", "--format", "--language", "--task", "--batch-size",
+                 "--device", "--dtype", "--threads", "--quiet"):  # fmt: skip
+        assert flag in text
+
+
+def test_missing_path_is_a_usage_error(tmp_path):
+    out = run_wtx("transcribe", str(tmp_path / "nope.mp3"), "-o", str(tmp_path))
+    assert out.returncode == 2
+    assert b"nope.mp3" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_format_is_a_usage_error(tmp_path):
+    out = run_wtx("transcribe", str(SAMPLE), "-f", "docx", "-o", str(tmp_path))
+    assert out.returncode == 2
+    assert b"docx" in out.stderr
+
+
+@pytest.mark.slow
+def test_bad_file_fails_alone_and_others_complete(tmp_path):
+    bad = tmp_path / "broken.mp3"
+    bad.write_text("not audio at all")
+    out_dir = tmp_path / "out"
+    out = run_wtx("transcribe", str(bad), str(SAMPLE), "-o", str(out_dir), "-f", "srt,txt")
+    assert out.returncode == 1
+    stderr = out.stderr.decode()
+    assert "broken.mp3" in stderr and "ffmpeg" in stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == ["sample.srt", "sample.txt"]
+    assert out.stdout == b""  # nothing but data on stdout, and there was no data asked for
+
+
+@pytest.mark.slow
+def test_two_inputs_give_valid_srt_inside_each_duration(tmp_path):
+    lj = shared_file("audio/lj001_0001-0032_concat.flac")
+    out_dir = tmp_path / "out"
+    out = run_wtx("transcribe", str(SAMPLE), str(lj), "-f", "srt,txt", "-o", str(out_dir))
+    assert out.returncode == 0, out.stderr.decode()
+    for stem, duration in (("sample", 61.7), ("lj001_0001-0032_concat", 231.4)):
+        cues = parse_srt((out_dir / f"{stem}.srt").read_text())
+        assert len(cues) > 5
+        assert [c[0] for c in cues] == list(range(1, len(cues) + 1))
+        times = [t for c in cues for t in (c[1], c[2])]
+        assert times == sorted(times)
+        assert times[-1] <= duration
+        assert (out_dir / f"{stem}.txt").read_text().strip()
+
+
+@pytest.mark.slow
+def test_stdin_to_stdout_pipeline():
+    out = run_wtx("transcribe", "-", "-o", "-", stdin=SAMPLE.read_bytes())
+    assert out.returncode == 0, out.stderr.decode()
+    words = out.stdout.decode().split()
+    assert len(words) > 60
+    assert "lighthouse" in out.stdout.decode().lower().replace(" ", "")
+    assert b"transcribed" in out.stderr  # the summary goes to stderr, not stdout
+    assert b"transcribed" not in out.stdout
+
+
+@pytest.mark.slow
+def test_quiet_prints_nothing_on_success(tmp_path):
+    out = run_wtx("transcribe", str(make_wav(tmp_path / "tone.wav", 3.0)), "-q", "-o", str(tmp_path))
+    assert out.returncode == 0
+    assert out.stderr == b""
+    assert (tmp_path / "tone.srt").exists()

@@ -1,0 +1,55 @@
+"""The rewritten model computes what openai-whisper's model computes, from the same weights."""
+
+import pytest
+import torch
+import whisper.model
+
+from wtx.model import load_model
+
+DIMS = whisper.model.ModelDimensions(
+    n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=4, n_audio_layer=2,
+    n_vocab=51864, n_text_ctx=448, n_text_state=64, n_text_head=4, n_text_layer=2,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models():
+    torch.manual_seed(0)
+    stock = whisper.model.Whisper(DIMS)
+    for p in stock.parameters():
+        p.data.normal_(std=0.2)
+    checkpoint = {"dims": DIMS.__dict__, "model_state_dict": stock.state_dict()}
+    return stock.eval(), load_model(checkpoint)
+
+
+@torch.inference_mode()
+def test_encoder_matches(models):
+    stock, ours = models
+    mel = torch.randn(2, 80, 3000)
+    torch.testing.assert_close(ours.encoder(mel), stock.encoder(mel), rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_cached_decoding_matches_full_forward(models):
+    """Prefill then one token at a time through the static cache == stock full-sequence logits."""
+    stock, ours = models
+    mel = torch.randn(3, 80, 3000)
+    xa = stock.encoder(mel)
+    tokens = torch.randint(0, 50000, (3, 9))
+    expected = stock.decoder(tokens, xa)
+
+    ours.setup_caches(3)
+    ours.decoder.set_audio_features(xa)
+    got = [ours.decoder(tokens[:, :4], torch.arange(4))]
+    for pos in range(4, 9):
+        got.append(ours.decoder(tokens[:, pos : pos + 1], torch.tensor([pos])))
+    torch.testing.assert_close(torch.cat(got, dim=1), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_caches_are_preallocated_once(models):
+    _, ours = models
+    ours.setup_caches(5)
+    cache = ours.decoder.blocks[0].attn.kv_cache
+    assert cache.k.shape == (5, DIMS.n_text_head, DIMS.n_text_ctx, DIMS.n_text_state // DIMS.n_text_head)
+    ours.setup_caches(5)
+    assert ours.decoder.blocks[0].attn.kv_cache is cache

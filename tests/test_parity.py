@@ -1,0 +1,46 @@
+"""The engine agrees with stock openai-whisper `decode()` on the same 30 s windows (tiny.en, fp32, CPU)."""
+
+import itertools
+
+import pytest
+import torch
+
+from tests.conftest import shared_file
+from wtx.audio import fixed_windows, stream_samples
+from wtx.engine import Engine, EngineOptions
+from wtx.metrics import agreement
+from wtx.reference import load_stock_model, stock_decode
+from wtx.weights import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+FILES = {
+    "lj001_0001-0032_concat": ("audio/lj001_0001-0032_concat.flac", None),
+    "copperfield_first_5min": ("tts/copperfield_ch01_slt.mp3", 10),  # 10 windows = 5 minutes
+}
+
+
+@pytest.fixture(scope="module")
+def engine_and_stock():
+    torch.set_num_threads(2)
+    checkpoint = load_checkpoint("tiny.en")
+    engine = Engine(EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8))
+    return engine, load_stock_model(checkpoint)
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_tokens_match_stock_decode(engine_and_stock, name):
+    relative, n_windows = FILES[name]
+    path = shared_file(relative)
+    engine, stock = engine_and_stock
+    windows = list(itertools.islice(fixed_windows(stream_samples(str(path))), n_windows))
+    ours = list(engine.transcribe_windows(windows))
+    theirs = stock_decode(stock, windows, batch_size=8)
+
+    ours_text = " ".join(engine.tokenizer.decode(r.tokens) for r in ours)
+    theirs_text = " ".join(r.text for r in theirs)
+    result = agreement([r.tokens for r in theirs], [r.tokens for r in ours], theirs_text, ours_text)
+    print(f"{name}: {result.identical}/{result.windows} windows identical, WER {result.wer:.2%}")
+    assert result.identical_share >= 0.95
+    assert result.wer <= 0.01
+    assert len(ours_text.split()) > 50 * len(windows)  # real speech was decoded, not silence
