@@ -186,3 +186,58 @@ def split_segments(tokens: list[int], tokenizer, offset: float, duration: float)
         if seg:
             segments.append(seg)
     return segments
+
+
+class GreedyLoop(torch.nn.Module):
+    """One greedy decode step for a whole batch, entirely in place on preallocated buffers.
+
+    `forward()` takes no arguments and returns nothing: it picks the next token from the
+    logits buffer under the rules, writes it into `sampled` at column `i`, runs the decoder
+    on it at `input_pos` and stores the new logits. Positions are tensors incremented in
+    place, so every step is the same graph: compiled once, or captured as a CUDA graph.
+    """
+
+    def __init__(self, decoder, rules: TimestampRules, batch_size: int, sample_len: int, device):
+        super().__init__()
+        self.decoder = decoder
+        self.rules = rules
+        n_vocab = rules.vocab.shape[0]
+
+        def buffer(name, *shape, dtype=torch.long):
+            self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+        buffer("logits", batch_size, n_vocab, dtype=torch.float32)
+        buffer("sampled", batch_size, sample_len)
+        buffer("input_pos", 1)
+        buffer("i")
+        buffer("max_ts", batch_size)
+        buffer("finished", batch_size, dtype=torch.bool)
+        buffer("sum_logprobs", batch_size, dtype=torch.float32)
+
+    def reset(self, logits: Tensor, n_initial: int) -> None:
+        """Starts a batch from the prefill's last logits [B, V] (outside any graph)."""
+        self.logits.copy_(logits)
+        self.sampled.fill_(self.rules.eot)
+        self.input_pos.fill_(n_initial)
+        for t in (self.i, self.max_ts, self.finished, self.sum_logprobs):
+            t.zero_()
+
+    def _sampled_at(self, offset: int) -> Tensor:
+        # the token sampled `offset` steps ago [B]; column 0 where there is none (rules ignore it)
+        column = (self.i - offset).clamp(min=0).view(1, 1).expand(self.sampled.shape[0], 1)
+        return self.sampled.gather(1, column)[:, 0]
+
+    def forward(self) -> None:
+        # last and penult are read back from `sampled` rather than kept in buffers of their own:
+        # two in-place copies between buffers (penult <- last <- new) were reordered by Inductor.
+        state = DecodeState(
+            self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
+        )
+        tokens, new = greedy_select(self.rules, self.logits, self.i, state)
+        self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
+        self.max_ts.copy_(new.max_ts)
+        self.finished.copy_(new.finished)
+        self.sum_logprobs.copy_(new.sum_logprobs)
+        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos)[:, -1])
+        self.input_pos.add_(1)
+        self.i.add_(1)

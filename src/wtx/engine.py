@@ -7,19 +7,19 @@ whether every row has reached end-of-text.
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+import time
 from itertools import islice
 
 import numpy as np
 import torch
 
-from wtx.audio import Window
+from wtx.audio import N_SAMPLES, Window
 from wtx.decode import (
-    DecodeState,
     DecodingOptions,
+    GreedyLoop,
     Segment,
     TimestampRules,
     get_tokenizer,
-    greedy_select,
     split_segments,
 )
 from wtx.features import log_mel_spectrogram
@@ -37,6 +37,21 @@ class EngineOptions:
     batch_size: int = 8
     check_every: int = 8  # decode steps between all-rows-finished checks
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
+    compile: bool = False  # torch.compile the encoder and the decode step (Inductor)
+    strict: bool = False  # a failed compile is an error instead of a warning and eager fallback
+    cuda_graph: bool = True  # on CUDA, replay the compiled decode steps as one CUDA graph
+    step_backend: str = "inductor"  # "inductor", or "eager": CUDA-graph the eager kernels only
+
+
+class CompileError(RuntimeError):
+    pass
+
+
+@dataclass
+class CompileReport:
+    source: str  # "compiled", "loaded" (from the on-disk bundle) or "eager" (fallback)
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -65,6 +80,11 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def silent_window() -> Window:
+    """Padding for a compiled engine's fixed batch; its results are discarded."""
+    return Window(index=-1, offset=0.0, duration=0.0, samples=np.zeros(N_SAMPLES, dtype=np.float32))
+
+
 def batched(items: Iterable, n: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, n)):
@@ -87,13 +107,21 @@ class Engine:
         self.tokenizer = get_tokenizer(self.dims, decoding.language or "en", decoding.task)
         self.rules = TimestampRules(self.tokenizer, self.dims.n_vocab, decoding, self.device)
         self.sample_len = min(decoding.sample_len, self.dims.n_text_ctx // 2)
+        self.loop: GreedyLoop | None = None
+        self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
+        self.steps_per_call = 1
+        self.encoder = self.model.encoder
+        self.fixed_batch: int | None = None  # compiled engines pad every batch to this size
+        self.compile_report: CompileReport | None = None
+        if options.compile:
+            self.compile_report = self._compile()
 
     # -- one batch -----------------------------------------------------------------------
 
     def encode(self, windows: list[Window]) -> torch.Tensor:
         samples = torch.from_numpy(np.stack([w.samples for w in windows])).to(self.device)
         mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
-        return self.model.encoder(mel)
+        return self.encoder(mel)
 
     def _initial_tokens(self, language_tokens: torch.Tensor | None, batch: int) -> torch.Tensor:
         sot_sequence = list(self.tokenizer.sot_sequence)
@@ -107,50 +135,142 @@ class Engine:
         lang_ids = torch.tensor(self.tokenizer.all_language_tokens, device=self.device)
         return lang_ids[logits_at_sot[:, lang_ids].argmax(dim=-1)]
 
+    def _loop(self, batch_size: int) -> GreedyLoop:
+        if self.loop is None or self.loop.sampled.shape[0] != batch_size:
+            self.model.setup_caches(batch_size)
+            self.loop = GreedyLoop(self.model.decoder, self.rules, batch_size, self.sample_len, self.device)
+            self.step = self.loop
+            self.steps_per_call = 1
+        return self.loop
+
+    def _prefill(self, windows: list[Window], language: str | None):
+        """Encoder, cross-attention K/V and the initial tokens; returns (logits [B, V], no_speech, languages)."""
+        decoder = self.model.decoder
+        n = len(windows)
+        decoder.set_audio_features(self.encode(windows))
+        language_tokens = None
+        if self.dims.is_multilingual and language is None:
+            sot = torch.full((n, 1), self.tokenizer.sot, device=self.device)
+            first = decoder(sot, torch.zeros(1, dtype=torch.long, device=self.device))[:, 0]
+            language_tokens = self._detect_language(first)[:1].expand(n)  # the file's first window
+        elif self.dims.is_multilingual:
+            token = self.tokenizer.to_language_token(language)
+            language_tokens = torch.full((n,), token, device=self.device)
+        initial = self._initial_tokens(language_tokens, n)
+        logits = decoder(initial, torch.arange(initial.shape[1], device=self.device))
+        sot_index = list(self.tokenizer.sot_sequence).index(self.tokenizer.sot)
+        if self.tokenizer.no_speech is not None:
+            no_speech = logits[:, sot_index].softmax(dim=-1)[:, self.tokenizer.no_speech]
+        else:
+            no_speech = torch.zeros(n, device=self.device)
+        return logits[:, -1], initial.shape[1], no_speech, language_tokens
+
+    def _run_steps(self, loop: GreedyLoop) -> None:
+        """Runs decode steps until every row has ended or sample_len tokens were sampled."""
+        every = max(self.options.check_every, self.steps_per_call)
+        done = 0
+        while done < self.sample_len:
+            self.step()
+            done += self.steps_per_call
+            if done % every == 0 and bool(loop.finished.all()):  # the only host sync
+                break
+
     @torch.inference_mode()
     def decode_batch(self, windows: list[Window], language: str | None = None) -> list[WindowResult]:
         """Greedy timestamped decoding of up to batch_size windows at once."""
-        decoder = self.model.decoder
         n = len(windows)
-        self.model.setup_caches(n)
-        decoder.set_audio_features(self.encode(windows))
+        if self.fixed_batch is not None:
+            if n > self.fixed_batch:
+                raise ValueError(f"batch of {n} windows exceeds the compiled batch size {self.fixed_batch}")
+            windows = windows + [silent_window()] * (self.fixed_batch - n)
+        loop = self._loop(len(windows))
+        logits, n_initial, no_speech, language_tokens = self._prefill(
+            windows, language or self.options.decoding.language
+        )
+        loop.reset(logits, n_initial)
+        self._run_steps(loop)
+        return self._results(windows[:n], loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens)
 
-        language = language or self.options.decoding.language
-        language_tokens = None
-        if self.dims.is_multilingual and language is None:
-            first = decoder(torch.full((n, 1), self.tokenizer.sot, device=self.device),
-                            torch.zeros(1, dtype=torch.long, device=self.device))[:, 0]
-            detected = self._detect_language(first)
-            language_tokens = detected[:1].expand(n)  # one language per file: its first window's
-        elif self.dims.is_multilingual:
-            language_tokens = torch.full((n,), self.tokenizer.to_language_token(language), device=self.device)
-        initial = self._initial_tokens(language_tokens, n)
-        n_initial = initial.shape[1]
-        logits = decoder(initial, torch.arange(n_initial, device=self.device))
-        sot_index = list(self.tokenizer.sot_sequence).index(self.tokenizer.sot)
-        no_speech_probs = torch.zeros(n, device=self.device)
-        if self.tokenizer.no_speech is not None:
-            no_speech_probs = logits[:, sot_index].softmax(dim=-1)[:, self.tokenizer.no_speech]
-        logits = logits[:, -1]
+    # -- compilation ---------------------------------------------------------------------
 
-        state = DecodeState.start(n, self.device)
-        sampled = torch.full((n, self.sample_len), self.tokenizer.eot, device=self.device)
-        input_pos = torch.tensor([n_initial], device=self.device)
-        for i in range(self.sample_len):
-            step = torch.tensor(i, device=self.device)
-            next_tokens, state = greedy_select(self.rules, logits, step, state)
-            sampled[:, i] = next_tokens
-            if (i + 1) % self.options.check_every == 0 and bool(state.finished.all()):
-                break
-            if i + 1 < self.sample_len:
-                logits = decoder(next_tokens[:, None], input_pos + i)[:, -1]
+    def _compile(self) -> CompileReport:
+        """Compiles the encoder and the decode step for a fixed batch, warming up on silence.
 
-        return self._results(windows, sampled, state, no_speech_probs, language_tokens)
+        A saved bundle of compiled artifacts is loaded first when one exists for this exact
+        configuration; after a fresh compile, one is saved. Failures fall back to eager with a
+        warning, or raise CompileError when `strict`."""
+        from wtx import compile_cache
 
-    def _results(self, windows, sampled, state, no_speech_probs, language_tokens) -> list[WindowResult]:
+        options = self.options
+        started = time.perf_counter()
+        warnings: list[str] = []
+        compile_cache.configure()
+        key = compile_cache.bundle_key(self.dims, self.device, self.dtype, options.batch_size,
+                                       f"{options.step_backend}-graph{int(options.cuda_graph)}")
+        loaded = False
+        try:
+            loaded = compile_cache.load_bundle(key)
+        except compile_cache.CorruptBundle as e:
+            warnings.append(f"{e}; compiling from scratch")
+        try:
+            self._build_compiled(options.batch_size)
+        except Exception as e:
+            if options.strict:
+                raise CompileError(f"torch.compile failed: {type(e).__name__}: {e}") from e
+            self._reset_eager()
+            warnings.append(f"torch.compile failed ({type(e).__name__}: {e}); continuing eager")
+            return CompileReport("eager", time.perf_counter() - started, warnings)
+        if not loaded:
+            try:
+                compile_cache.save_bundle(key)
+            except Exception as e:  # the cache is an optimisation: never fail the job for it
+                warnings.append(f"could not save compiled artifacts: {e}")
+        return CompileReport("loaded" if loaded else "compiled", time.perf_counter() - started, warnings)
+
+    def _build_compiled(self, batch_size: int) -> None:
+        self.fixed_batch = batch_size
+        loop = self._loop(batch_size)
+        if self.options.step_backend == "inductor":
+            self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
+            compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
+        elif self.options.step_backend == "eager":
+            compiled_step = loop
+        else:
+            raise ValueError(f"unknown step backend {self.options.step_backend!r}")
+        self.step = compiled_step
+        self.steps_per_call = 1
+        self.decode_batch([silent_window()])  # compiles (or loads) both graphs
+        if self.device.type == "cuda" and self.options.cuda_graph:
+            self._capture_cuda_graph(compiled_step)
+            self.decode_batch([silent_window()])  # one replay before real work
+
+    def _capture_cuda_graph(self, step) -> None:
+        """Captures `check_every` consecutive decode steps as one CUDA graph."""
+        chunk = self.options.check_every if self.sample_len % self.options.check_every == 0 else 1
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            for _ in range(3):  # warm-up on a side stream, as CUDA graph capture requires
+                step()
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            for _ in range(chunk):
+                step()
+        self.cuda_graph = graph
+        self.step = graph.replay
+        self.steps_per_call = chunk
+
+    def _reset_eager(self) -> None:
+        self.fixed_batch = None
+        self.encoder = self.model.encoder
+        self.loop = None
+        self.model.batch_size = 0
+
+    def _results(self, windows, sampled, sum_logprobs, no_speech_probs, language_tokens) -> list[WindowResult]:
         eot = self.tokenizer.eot
         rows = sampled.cpu().tolist()
-        sum_logprobs = state.sum_logprobs.cpu().tolist()
+        sum_logprobs = sum_logprobs.cpu().tolist()
         no_speech = no_speech_probs.float().cpu().tolist()
         if language_tokens is None:
             languages = [self.options.decoding.language or "en"] * len(windows)

@@ -1,0 +1,136 @@
+"""The on-disk compile cache: the one module that touches Inductor's configuration.
+
+Inductor's FX-graph and AOTAutograd caches and Triton's kernel cache live under
+`<wtx cache>/inductor` and `<wtx cache>/triton`. On top of them the engine saves a
+`torch.compiler.save_cache_artifacts()` bundle per configuration, keyed by torch and triton
+versions, device name, model shape, dtype and batch size, and loads it in the next process.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from wtx import __version__
+from wtx.atomic import atomic_path
+from wtx.paths import cache_dir
+
+SUBDIRS = ("compiled", "inductor", "triton")
+
+
+def configure() -> None:
+    """Points Inductor and Triton at the wtx cache (unless the user chose their own dirs)."""
+    root = cache_dir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = True
+    try:
+        import torch._functorch.config as functorch_config
+
+        functorch_config.enable_autograd_cache = True
+    except (ImportError, AttributeError):
+        pass
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "none"
+
+
+def bundle_key(dims, device, dtype, batch_size: int, mode: str) -> str:
+    import torch
+
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    fields = {
+        "wtx": __version__,
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "device": device_name,
+        "dims": dims.__dict__,
+        "dtype": str(dtype),
+        "batch_size": batch_size,
+        "mode": mode,
+    }
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return f"{device.type}-b{batch_size}-{str(dtype).removeprefix('torch.')}-{digest}"
+
+
+def bundle_path(key: str) -> Path:
+    return cache_dir() / "compiled" / f"{key}.bin"
+
+
+class CorruptBundle(Exception):
+    pass
+
+
+def load_bundle(key: str) -> bool:
+    """Loads a saved bundle into torch's caches; False when there is none.
+
+    A bundle torch cannot read is removed and CorruptBundle raised, so the caller can warn
+    and compile from scratch."""
+    import torch
+
+    path = bundle_path(key)
+    if not path.is_file():
+        return False
+    try:
+        info = torch.compiler.load_cache_artifacts(path.read_bytes())
+    except Exception as e:
+        path.unlink(missing_ok=True)
+        raise CorruptBundle(f"{path}: unreadable compiled-artifact bundle removed ({e})") from e
+    if info is None:
+        path.unlink(missing_ok=True)
+        raise CorruptBundle(f"{path}: empty compiled-artifact bundle removed")
+    return True
+
+
+def save_bundle(key: str) -> Path | None:
+    import torch
+
+    result = torch.compiler.save_cache_artifacts()
+    if result is None:
+        return None
+    data, _ = result
+    path = bundle_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+    return path
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: Path
+    files: int
+    bytes: int
+
+
+def entries() -> list[Entry]:
+    """What the cache holds: converted models, compiled bundles, Inductor and Triton caches."""
+    root = cache_dir()
+    found = []
+    for name in ("models", *SUBDIRS):
+        folder = root / name
+        if folder.is_dir():
+            files = [p for p in folder.rglob("*") if p.is_file()]
+            found.append(Entry(folder, len(files), sum(p.stat().st_size for p in files)))
+    return found
+
+
+def clear(include_models: bool = False) -> list[Path]:
+    root = cache_dir()
+    removed = []
+    for name in (*SUBDIRS, *(("models",) if include_models else ())):
+        folder = root / name
+        if folder.is_dir():
+            shutil.rmtree(folder)
+            removed.append(folder)
+    return removed
