@@ -71,6 +71,8 @@ def transcribe(
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help="fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU).")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", envvar="WTX_COMPILE", help="torch.compile the encoder and decode step (Inductor; CUDA graphs on GPU). Compiled artifacts are cached on disk, so later runs start fast. Also WTX_COMPILE=1.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
     """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
@@ -88,8 +90,41 @@ def transcribe(
     code = run_transcribe(
         files, model=model, out=out, to_stdout=to_stdout, formats=formats, language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
+        compile=compile, strict=strict,
     )  # fmt: skip
     raise typer.Exit(code)
+
+
+cache_app = typer.Typer(help="Inspect or clear the wtx cache (converted models, compiled artifacts).", no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+def cache_info() -> None:
+    """List what the cache holds, with sizes (WTX_CACHE_DIR, default ~/.cache/wtx)."""
+    from wtx.compile_cache import entries
+    from wtx.paths import cache_dir
+
+    typer.echo(f"cache: {cache_dir()}", err=True)
+    found = entries()
+    if not found:
+        typer.echo("empty", err=True)
+    for entry in found:
+        typer.echo(f"{entry.bytes / 2**20:10.1f} MiB  {entry.files:6d} files  {entry.path}")
+
+
+@cache_app.command("clear")
+def cache_clear(
+    models: Annotated[bool, typer.Option("--models", help="Also remove converted model checkpoints.")] = False,
+) -> None:
+    """Remove compiled artifacts (and, with --models, converted checkpoints)."""
+    from wtx.compile_cache import clear
+
+    removed = clear(include_models=models)
+    for path in removed:
+        typer.echo(f"removed {path}", err=True)
+    if not removed:
+        typer.echo("nothing to remove", err=True)
 
 
 def main() -> None:

@@ -22,8 +22,13 @@ SUBDIRS = ("compiled", "inductor", "triton")
 
 def configure() -> None:
     """Points Inductor and Triton at the wtx cache (unless the user chose their own dirs)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     root = cache_dir()
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / "inductor"))
+    # torch fills TORCHINDUCTOR_CACHE_DIR with its default on first use; only a user's own choice stays
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
     import torch._inductor.config as inductor_config
 

@@ -25,6 +25,7 @@ class DecodingOptions:
     max_initial_timestamp: float = 1.0
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
+    suppress_eot: bool = False  # benchmarks only: every row decodes exactly sample_len tokens
 
 
 def get_tokenizer(dims, language: str | None, task: str):
@@ -58,6 +59,8 @@ class TimestampRules(torch.nn.Module):
         suppress[suppress_tokens(tokenizer)] = True
         if tokenizer.no_timestamps is not None:
             suppress[tokenizer.no_timestamps] = True
+        if options.suppress_eot:
+            suppress[tokenizer.eot] = True
         blank = torch.zeros(n_vocab, dtype=torch.bool, device=device)
         if options.suppress_blank:
             blank[tokenizer.encode(" ") + [tokenizer.eot]] = True

@@ -247,6 +247,7 @@ class Engine:
     def _capture_cuda_graph(self, step) -> None:
         """Captures `check_every` consecutive decode steps as one CUDA graph."""
         chunk = self.options.check_every if self.sample_len % self.options.check_every == 0 else 1
+        self.loop.reset(torch.zeros_like(self.loop.logits), len(self.tokenizer.sot_sequence))
         stream = torch.cuda.Stream(self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.inference_mode(), torch.cuda.stream(stream):

@@ -22,29 +22,34 @@ def _error(message: str) -> None:
 def run_transcribe(
     files: list[str], *, model: str, out: Path | None, to_stdout: bool, formats: list[str],
     language: str | None, task: str, batch_size: int, device: str | None, dtype: str | None,
-    threads: int | None, quiet: bool,
+    threads: int | None, quiet: bool, compile: bool = False, strict: bool = False,
 ) -> int:  # fmt: skip
     import torch
 
     from wtx.decode import DecodingOptions
-    from wtx.engine import Engine, EngineOptions
+    from wtx.engine import CompileError, Engine, EngineOptions
 
     if threads:
         torch.set_num_threads(threads)
     options = EngineOptions(
         model=model, device=device, dtype=dtype, batch_size=batch_size,
-        decoding=DecodingOptions(task=task, language=language),
+        decoding=DecodingOptions(task=task, language=language), compile=compile, strict=strict,
     )  # fmt: skip
     started = time.perf_counter()
     try:
         engine = Engine(options)
-    except (WtxError, ValueError) as e:
+    except (WtxError, ValueError, CompileError) as e:
         _error(str(e))
         return 1
+    report = engine.compile_report
+    for warning in report.warnings if report else []:
+        stderr.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
     if not quiet:
+        how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
+        status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
         stderr.print(
             f"model {model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
-            f"batch {batch_size}, loaded in {time.perf_counter() - started:.1f} s",
+            f"batch {batch_size}{status}; ready in {time.perf_counter() - started:.1f} s",
             highlight=False,
         )
 
