@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from itertools import chain
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,22 +133,28 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
     try:
         container = av.open(sys.stdin.buffer if source == STDIN else source)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-        pending = np.zeros(0, dtype=np.float32)
+        pending: list[np.ndarray] = []  # frames not yet emitted; joined once per block
+        n_pending = 0
         with container:
             stream = container.streams.audio[0]
-            for frame in container.decode(stream):
-                for out in resampler.resample(frame):
-                    pending = np.concatenate([pending, out.to_ndarray().reshape(-1)])
-                    while len(pending) >= block:
-                        yield pending[:block]
-                        pending = pending[block:]
-            for out in resampler.resample(None):
-                pending = np.concatenate([pending, out.to_ndarray().reshape(-1)])
-        while len(pending) >= block:
-            yield pending[:block]
-            pending = pending[block:]
-        if len(pending):
-            yield pending
+            stream.thread_type = "AUTO"
+            frames = container.decode(stream)
+            native = (
+                stream.codec_context.format is not None
+                and stream.codec_context.format.name in ("flt", "fltp")
+                and stream.codec_context.layout.name == "mono"
+                and stream.rate == SAMPLE_RATE
+            )
+            for frame in frames if native else chain(frames, [None]):  # None flushes the resampler
+                for out in [frame] if native else resampler.resample(frame):
+                    pending.append(out.to_ndarray().reshape(-1))
+                    n_pending += pending[-1].shape[0]
+                while n_pending >= block:
+                    joined = np.concatenate(pending)
+                    yield joined[:block]
+                    pending, n_pending = [joined[block:]], n_pending - block
+        if n_pending:
+            yield np.concatenate(pending)
     except (av.FFmpegError, IndexError) as e:
         reason = "no audio stream" if isinstance(e, IndexError) else str(e)
         raise AudioError(f"{_display(source)}: cannot decode it: {reason}") from e

@@ -7,7 +7,9 @@ whether every row has reached end-of-text.
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+import threading
 import time
+from queue import Empty, Full, Queue
 from itertools import islice
 
 import numpy as np
@@ -85,6 +87,60 @@ def silent_window() -> Window:
     return Window(index=-1, offset=0.0, duration=0.0, samples=np.zeros(N_SAMPLES, dtype=np.float32))
 
 
+def capture(fn, device):
+    """Warms `fn` up on a side stream, then records it as a CUDA graph: (graph, fn's outputs)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    return graph, outputs
+
+
+def prefetch(items: Iterable, depth: int) -> Iterator:
+    """Iterates `items` in a background thread, up to `depth` ahead; re-raises its errors."""
+    queue: Queue = Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        queue.put((item, None), timeout=0.1)
+                        break
+                    except Full:
+                        continue
+                if stop.is_set():
+                    return
+            queue.put((done, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            queue.put((done, e))
+
+    thread = threading.Thread(target=produce, name="wtx-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = queue.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                queue.get_nowait()
+            except Empty:
+                thread.join(timeout=0.1)
+
+
 def batched(items: Iterable, n: int) -> Iterator[list]:
     it = iter(items)
     while batch := list(islice(it, n)):
@@ -107,6 +163,10 @@ class Engine:
         self.tokenizer = get_tokenizer(self.dims, decoding.language or "en", decoding.task)
         self.rules = TimestampRules(self.tokenizer, self.dims.n_vocab, decoding, self.device)
         self.sample_len = min(decoding.sample_len, self.dims.n_text_ctx // 2)
+        self.sot_sequence = torch.tensor(self.tokenizer.sot_sequence, device=self.device)
+        self.sot_index = list(self.tokenizer.sot_sequence).index(self.tokenizer.sot)
+        self.positions = torch.arange(self.dims.n_text_ctx, device=self.device)
+        self.prefill_graph = None  # CUDA graph of _prefill for fixed-batch CUDA engines
         self.loop: GreedyLoop | None = None
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
         self.steps_per_call = 1
@@ -118,22 +178,22 @@ class Engine:
 
     # -- one batch -----------------------------------------------------------------------
 
-    def encode(self, windows: list[Window]) -> torch.Tensor:
-        samples = torch.from_numpy(np.stack([w.samples for w in windows])).to(self.device)
-        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
-        return self.encoder(mel)
+    def stack(self, windows: list[Window]) -> torch.Tensor:
+        """The windows' samples as one [B, N_SAMPLES] CPU tensor, pinned when the model is on CUDA."""
+        samples = torch.from_numpy(np.stack([w.samples for w in windows]))
+        return samples.pin_memory() if self.device.type == "cuda" else samples
 
-    def _initial_tokens(self, language_tokens: torch.Tensor | None, batch: int) -> torch.Tensor:
-        sot_sequence = list(self.tokenizer.sot_sequence)
-        tokens = torch.tensor([sot_sequence] * batch, device=self.device)
-        if language_tokens is not None and len(sot_sequence) > 1:
-            tokens[:, 1] = language_tokens
-        return tokens
+    def _language_tokens(self, language: str | None, batch: int) -> torch.Tensor | None:
+        """The language token per row, or None (English-only model, or to be detected)."""
+        if not self.dims.is_multilingual or language is None:
+            return None
+        return torch.full((batch,), self.tokenizer.to_language_token(language), device=self.device)
 
     def _detect_language(self, logits_at_sot: torch.Tensor) -> torch.Tensor:
-        # logits_at_sot: [B, V] -> the most likely language token per row [B]
+        # logits_at_sot: [B, V] -> the most likely language token of the first row, for all rows
         lang_ids = torch.tensor(self.tokenizer.all_language_tokens, device=self.device)
-        return lang_ids[logits_at_sot[:, lang_ids].argmax(dim=-1)]
+        best = lang_ids[logits_at_sot[:1, lang_ids].argmax(dim=-1)]
+        return best.expand(logits_at_sot.shape[0])
 
     def _loop(self, batch_size: int) -> GreedyLoop:
         if self.loop is None or self.loop.sampled.shape[0] != batch_size:
@@ -143,27 +203,30 @@ class Engine:
             self.steps_per_call = 1
         return self.loop
 
-    def _prefill(self, windows: list[Window], language: str | None):
-        """Encoder, cross-attention K/V and the initial tokens; returns (logits [B, V], no_speech, languages)."""
+    def _prefill(self, samples: torch.Tensor, language_tokens: torch.Tensor | None):
+        """Features, encoder, cross-attention K/V and the initial tokens, then resets the loop.
+
+        samples: [B, N_SAMPLES] on the device. Pure tensor work (no host transfers), so it can
+        be captured as a CUDA graph. Returns (no_speech_probs [B], language_tokens [B] or None)."""
         decoder = self.model.decoder
-        n = len(windows)
-        decoder.set_audio_features(self.encode(windows))
-        language_tokens = None
-        if self.dims.is_multilingual and language is None:
-            sot = torch.full((n, 1), self.tokenizer.sot, device=self.device)
-            first = decoder(sot, torch.zeros(1, dtype=torch.long, device=self.device))[:, 0]
-            language_tokens = self._detect_language(first)[:1].expand(n)  # the file's first window
-        elif self.dims.is_multilingual:
-            token = self.tokenizer.to_language_token(language)
-            language_tokens = torch.full((n,), token, device=self.device)
-        initial = self._initial_tokens(language_tokens, n)
-        logits = decoder(initial, torch.arange(initial.shape[1], device=self.device))
-        sot_index = list(self.tokenizer.sot_sequence).index(self.tokenizer.sot)
+        n = samples.shape[0]
+        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
+        decoder.set_audio_features(self.encoder(mel))
+        if self.dims.is_multilingual and language_tokens is None:
+            sot = self.sot_sequence[:1].expand(n, 1)
+            first = decoder(sot, self.positions[:1])[:, 0]
+            language_tokens = self._detect_language(first)  # the file's first window decides
+        initial = self.sot_sequence.expand(n, -1).clone()
+        if language_tokens is not None:
+            initial[:, 1] = language_tokens
+        n_initial = initial.shape[1]
+        logits = decoder(initial, self.positions[:n_initial])
         if self.tokenizer.no_speech is not None:
-            no_speech = logits[:, sot_index].softmax(dim=-1)[:, self.tokenizer.no_speech]
+            no_speech = logits[:, self.sot_index].softmax(dim=-1)[:, self.tokenizer.no_speech]
         else:
             no_speech = torch.zeros(n, device=self.device)
-        return logits[:, -1], initial.shape[1], no_speech, language_tokens
+        self.loop.reset(logits[:, -1], n_initial)
+        return no_speech, language_tokens
 
     def _run_steps(self, loop: GreedyLoop) -> None:
         """Runs decode steps until every row has ended or sample_len tokens were sampled."""
@@ -176,18 +239,32 @@ class Engine:
                 break
 
     @torch.inference_mode()
-    def decode_batch(self, windows: list[Window], language: str | None = None) -> list[WindowResult]:
-        """Greedy timestamped decoding of up to batch_size windows at once."""
+    def decode_batch(
+        self, windows: list[Window], language: str | None = None, samples: torch.Tensor | None = None
+    ) -> list[WindowResult]:
+        """Greedy timestamped decoding of up to batch_size windows at once.
+
+        samples: the windows' stacked samples if already prepared (see `stack`)."""
         n = len(windows)
         if self.fixed_batch is not None:
             if n > self.fixed_batch:
                 raise ValueError(f"batch of {n} windows exceeds the compiled batch size {self.fixed_batch}")
-            windows = windows + [silent_window()] * (self.fixed_batch - n)
+            if n < self.fixed_batch:
+                windows = windows + [silent_window()] * (self.fixed_batch - n)
+                samples = None
+        if samples is None:
+            samples = self.stack(windows)
         loop = self._loop(len(windows))
-        logits, n_initial, no_speech, language_tokens = self._prefill(
-            windows, language or self.options.decoding.language
-        )
-        loop.reset(logits, n_initial)
+        language_tokens = self._language_tokens(language or self.options.decoding.language, len(windows))
+        needs_detection = self.dims.is_multilingual and language_tokens is None
+        if self.prefill_graph is not None and not needs_detection:
+            self.static_samples.copy_(samples, non_blocking=True)
+            if language_tokens is not None:
+                self.static_language.copy_(language_tokens)
+            self.prefill_graph.replay()
+            no_speech, language_tokens = self.static_prefill_out
+        else:
+            no_speech, language_tokens = self._prefill(samples.to(self.device, non_blocking=True), language_tokens)
         self._run_steps(loop)
         return self._results(windows[:n], loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens)
 
@@ -245,25 +322,29 @@ class Engine:
             self.decode_batch([silent_window()])  # one replay before real work
 
     def _capture_cuda_graph(self, step) -> None:
-        """Captures `check_every` consecutive decode steps as one CUDA graph."""
+        """Captures the prefill, and `check_every` consecutive decode steps, as CUDA graphs."""
         chunk = self.options.check_every if self.sample_len % self.options.check_every == 0 else 1
-        self.loop.reset(torch.zeros_like(self.loop.logits), len(self.tokenizer.sot_sequence))
-        stream = torch.cuda.Stream(self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.inference_mode(), torch.cuda.stream(stream):
-            for _ in range(3):  # warm-up on a side stream, as CUDA graph capture requires
-                step()
-        torch.cuda.current_stream(self.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph):
+        batch = self.fixed_batch
+        self.static_samples = torch.zeros(batch, N_SAMPLES, device=self.device)
+        self.static_language = torch.full((batch,), self.tokenizer.sot, device=self.device)
+        language = self.static_language if self.dims.is_multilingual else None
+
+        def prefill():
+            return self._prefill(self.static_samples, language)
+
+        def steps():
             for _ in range(chunk):
                 step()
-        self.cuda_graph = graph
-        self.step = graph.replay
+
+        with torch.inference_mode():
+            self.prefill_graph, self.static_prefill_out = capture(prefill, self.device)
+            self.step, _ = capture(steps, self.device)
+        self.step = self.step.replay
         self.steps_per_call = chunk
 
     def _reset_eager(self) -> None:
         self.fixed_batch = None
+        self.prefill_graph = None
         self.encoder = self.model.encoder
         self.loop = None
         self.model.batch_size = 0
@@ -290,10 +371,14 @@ class Engine:
     # -- a whole recording ---------------------------------------------------------------
 
     def transcribe_windows(self, windows: Iterable[Window]) -> Iterator[WindowResult]:
-        """Decodes a recording's windows in batches; yields results in window order."""
+        """Decodes a recording's windows in batches; yields results in window order.
+
+        A background thread reads and stacks the next batches (audio decoding included) while
+        the device works on the current one."""
         language = self.options.decoding.language
-        for batch in batched(windows, self.options.batch_size):
-            results = self.decode_batch(batch, language)
+        batches = ((batch, self.stack(batch)) for batch in batched(windows, self.options.batch_size))
+        for batch, samples in prefetch(batches, depth=2):
+            results = self.decode_batch(batch, language, samples)
             if language is None and self.dims.is_multilingual:
                 language = results[0].language  # detected once per file, on its first window
             yield from results

@@ -26,12 +26,17 @@ def _mel_filters_cpu(n_mels: int) -> torch.Tensor:
         return torch.from_numpy(f[f"mel_{n_mels}"])
 
 
+@lru_cache(maxsize=None)
+def _constants(n_mels: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Hann window and mel filterbank, made once per device (so CUDA graphs can capture use)."""
+    return torch.hann_window(N_FFT, device=device), _mel_filters_cpu(n_mels).to(device)
+
+
 def log_mel_spectrogram(samples: torch.Tensor, n_mels: int = 80) -> torch.Tensor:
     # samples: [B, N_SAMPLES] float32 -> [B, n_mels, N_FRAMES] float32
-    window = torch.hann_window(N_FFT, device=samples.device)
+    window, filters = _constants(n_mels, samples.device)
     stft = torch.stft(samples, N_FFT, HOP_LENGTH, window=window, return_complex=True)
     magnitudes = stft[..., :-1].abs() ** 2
-    filters = _mel_filters_cpu(n_mels).to(samples.device)
     mel_spec = filters @ magnitudes
     log_spec = torch.clamp(mel_spec, min=1e-10).log10()
     peak = log_spec.amax(dim=(-2, -1), keepdim=True)
