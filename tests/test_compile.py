@@ -1,0 +1,95 @@
+"""torch.compile on CPU (Inductor's C++ backend) with a random-weight tiny-shaped model."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from wtx.audio import N_SAMPLES, Window
+from wtx.engine import Engine, EngineOptions
+from wtx.model import ModelDimensions, Whisper, load_model
+
+pytestmark = pytest.mark.slow
+
+TINY = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+BATCH = 2
+
+
+def random_model(seed: int = 0) -> Whisper:
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        import whisper.model
+
+        stock = whisper.model.Whisper(whisper.model.ModelDimensions(**TINY.__dict__))
+    return load_model({"dims": TINY.__dict__, "model_state_dict": stock.state_dict()})
+
+
+def windows(seed: int, n: int = BATCH) -> list[Window]:
+    rng = np.random.default_rng(seed)
+    return [Window(i, 30.0 * i, 30.0, (0.1 * rng.standard_normal(N_SAMPLES)).astype(np.float32)) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    torch.set_num_threads(2)
+    model = random_model()
+    options = dict(model="random-tiny", device="cpu", batch_size=BATCH)
+    compiled = Engine(EngineOptions(**options, compile=True, strict=True), model=model)
+    eager = Engine(EngineOptions(**options), model=random_model())
+    return compiled, eager
+
+
+def test_compiles_fullgraph_without_fallback(engines):
+    compiled, _ = engines
+    assert compiled.compile_report.source in ("compiled", "loaded")
+    assert compiled.compile_report.warnings == []
+    assert compiled.fixed_batch == BATCH
+
+
+def test_no_recompilation_across_batches(engines):
+    from torch._dynamo.utils import counters
+
+    compiled, _ = engines
+    before = dict(counters["stats"])
+    for seed in (1, 2, 3):  # three batches of different content, the last one short (padded)
+        compiled.decode_batch(windows(seed, n=BATCH if seed < 3 else 1))
+    assert dict(counters["stats"]) == before
+
+
+@torch.inference_mode()
+def test_compiled_logits_match_eager(engines):
+    compiled, eager = engines
+    batch = windows(7)
+    for engine in (compiled, eager):
+        engine._loop(BATCH)
+        engine._prefill(engine.stack(batch), None)
+        for _ in range(5):
+            engine.step()
+    torch.testing.assert_close(compiled.loop.logits, eager.loop.logits, rtol=1e-3, atol=1e-3)
+    assert torch.equal(compiled.loop.sampled, eager.loop.sampled)
+
+
+def test_second_process_hits_the_disk_cache(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, torch
+        torch.set_num_threads(2)
+        from torch._dynamo.utils import counters
+        from tests.test_compile import random_model, BATCH
+        from wtx.engine import Engine, EngineOptions
+        e = Engine(EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True), model=random_model())
+        print(json.dumps({{"source": e.compile_report.source, "hits": counters["inductor"]["fxgraph_cache_hit"]}}))
+    """)
+    env = {"WTX_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+        assert out.returncode == 0, out.stderr[-2000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0]["source"] == "compiled"
+    assert runs[1]["source"] == "loaded"
+    assert runs[1]["hits"] > 0
+    assert any(tmp_path.joinpath("compiled").iterdir())
