@@ -95,6 +95,39 @@ def transcribe(
     raise typer.Exit(code)
 
 
+@app.command()
+def bench(
+    files: Annotated[Optional[list[str]], typer.Argument(help="Audio files to cut into windows (default: the bundled sample).", show_default=False)] = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name or .pt path, as for transcribe.")] = "tiny.en",
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows per batch for the batched passes.")] = 8,
+    compare_eager: Annotated[bool, typer.Option("--compare-eager", help="Also time stock openai-whisper whisper.decode() (eager) at batch 1 and --batch-size: the baseline for speedups and agreement.")] = False,
+    compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Time the compiled engine (cold compile and warm-cache load reported apart).")] = True,
+    windows: Annotated[Optional[int], typer.Option("--windows", "-n", min=1, help="Use only the first N windows (default: all).")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", "-r", min=1, help="Timed repeats per pass; the median is reported.")] = 3,
+    reference: Annotated[Optional[Path], typer.Option("--reference", exists=True, dir_okay=False, help="Reference transcript: each pass's WER against it (normalized with whisper's EnglishTextNormalizer).")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write every raw number, with versions and device, as JSON.")] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG bar chart of RTFx per pass (needs matplotlib: pip install 'wtx[plot]').")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table on stderr.")] = False,
+) -> None:
+    """Time stock eager Whisper and the wtx engine on the same windows; report speedup and agreement."""
+    files = files or []
+    if files:
+        _check_inputs(files)
+    if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
+        raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
+    from wtx.bench_job import run_bench
+
+    code = run_bench(
+        files, model=model, batch_size=batch_size, compare_eager=compare_eager, max_windows=windows,
+        repeat=repeat, reference=reference, json_path=json_path, plot_path=plot, device=device,
+        dtype=dtype, threads=threads, compile=compile, quiet=quiet,
+    )  # fmt: skip
+    raise typer.Exit(code)
+
+
 cache_app = typer.Typer(help="Inspect or clear the wtx cache (converted models, compiled artifacts).", no_args_is_help=True)
 app.add_typer(cache_app, name="cache")
 

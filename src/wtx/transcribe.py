@@ -5,11 +5,12 @@ either completes (all its files written atomically) or fails with a one-line err
 it; the other inputs still run. Returns the exit code.
 """
 
+import math
 import sys
 import time
 from pathlib import Path
 
-from wtx.audio import STDIN, fixed_windows, probe_duration, stream_samples
+from wtx.audio import CHUNK_LENGTH, STDIN, fixed_windows, probe_duration, stream_samples
 from wtx.errors import WtxError
 from wtx.progress import TranscribeProgress, format_duration, stderr
 from wtx.writers import Transcript, output_paths, write_outputs
@@ -31,6 +32,11 @@ def run_transcribe(
 
     if threads:
         torch.set_num_threads(threads)
+    durations = {f: probe_duration(f) for f in files}
+    if all(d is not None for d in durations.values()):
+        # a batch larger than the longest input's window count would only decode padding
+        longest = max(math.ceil(d / CHUNK_LENGTH) for d in durations.values())
+        batch_size = max(1, min(batch_size, longest))
     options = EngineOptions(
         model=model, device=device, dtype=dtype, batch_size=batch_size,
         decoding=DecodingOptions(task=task, language=language), compile=compile, strict=strict,
@@ -53,7 +59,6 @@ def run_transcribe(
             highlight=False,
         )
 
-    durations = {f: probe_duration(f) for f in files}
     known = [d for d in durations.values() if d is not None]
     total = sum(known) if len(known) == len(files) else None
     failed: list[str] = []
