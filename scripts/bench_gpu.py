@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
@@ -30,10 +29,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from wtx import __version__  # noqa: E402
 from wtx.audio import CHUNK_LENGTH, fixed_windows, stream_samples  # noqa: E402
-from wtx.decode import DecodingOptions  # noqa: E402
+from wtx.bench import compare, run_pass, speedup  # noqa: E402
+from wtx.decode import DecodingOptions, get_tokenizer  # noqa: E402
 from wtx.engine import Engine, EngineOptions  # noqa: E402
-from wtx.metrics import agreement  # noqa: E402
-from wtx.model import load_model  # noqa: E402
+from wtx.model import ModelDimensions, load_model  # noqa: E402
 from wtx.reference import load_stock_model, stock_decode  # noqa: E402
 from wtx.weights import load_checkpoint  # noqa: E402
 
@@ -51,84 +50,35 @@ def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed(fn, device):
-    sync(device)
-    t = time.perf_counter()
-    out = fn()
-    sync(device)
-    return time.perf_counter() - t, out
-
-
-def peak_memory_reset(device):
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory(device):
-    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-
-
-def n_tokens(token_lists):
-    return sum(len(t) + 1 for t in token_lists)  # + end-of-text, as both decoders sample it
-
-
-def run_pass(name, decode_all, windows, device, repeat, audio_seconds):
-    """decode_all() -> list of token lists (one per window). Warm-up once, then `repeat` timings."""
-    log(f"-- {name}: warm-up")
-    decode_all(windows[:1])
-    peak_memory_reset(device)
-    times, tokens = [], None
-    for r in range(repeat):
-        seconds, tokens = timed(lambda: decode_all(windows), device)
-        times.append(seconds)
-        log(f"   {name}: run {r + 1}/{repeat} {seconds:.3f} s")
-    median = statistics.median(times)
-    return {
-        "pass": name, "times_s": times, "median_s": median, "windows": len(windows),
-        "s_per_window": median / len(windows), "rtfx": audio_seconds / median,
-        "tokens": n_tokens(tokens), "tokens_per_s": n_tokens(tokens) / median,
-        "peak_mem_mib": peak_memory(device),
-    }, tokens  # fmt: skip
-
-
-def stock_pass(stock, batch_size, fp16, options):
-    def decode_all(ws):
-        return [r.tokens for r in stock_decode(stock, ws, batch_size, fp16=fp16, **options)]
-
-    return decode_all
-
-
-def engine_pass(engine, batch_size):
-    def decode_all(ws):
-        out = []
-        for start in range(0, len(ws), batch_size):
-            out.extend(r.tokens for r in engine.decode_batch(ws[start : start + batch_size]))
-        return out
-
-    return decode_all
-
-
-def text_of(tokenizer, token_lists):
-    return " ".join(tokenizer.decode([t for t in tokens if t < tokenizer.eot]) for tokens in token_lists)
-
-
 def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, stock_options, rows, save):
-    """All passes for one model on the same windows; appends result rows, saving after each."""
-    audio_seconds = len(windows) * CHUNK_LENGTH
+    """All passes for one model on the same windows (wtx.bench.run_pass: warm-up on a full
+    batch, synchronized clocks, median of repeats); appends result rows, saving after each."""
     fp16 = dtype_name == "fp16"
+    options = f"{decoding}, {dtype_name}, {device}"  # identical for every pass: comparisons are checked
     stock = load_stock_model(checkpoint, device)
+    tokenizer = get_tokenizer(ModelDimensions(**checkpoint["dims"]), "en", "transcribe")
+
+    def to_text(token_lists):
+        return " ".join(tokenizer.decode([t for t in tokens if t < tokenizer.eot]) for tokens in token_lists)
+
+    def add(result, baseline=None, **extra):
+        row = {**result.summary(), "model": label, "s_per_window": result.median_s / result.windows, **extra}
+        if baseline is not None:
+            row["speedup_vs_stock_same_batch"] = speedup(baseline, result)
+            agree = compare(baseline, result)
+            row["identical_windows_vs_stock"], row["wer_vs_stock"] = agree["identical_share"], agree["wer"]
+            b1 = reference.get(1)
+            if b1 is not None:
+                row["speedup_vs_stock_b1"] = speedup(b1, result)
+        rows.append(row)
+        save()
+        log(f"   {result.name}: median {result.median_s:.3f} s")
+
     reference = {}
     for bs in args.batch_sizes:
-        row, tokens = run_pass(f"stock eager b{bs}", stock_pass(stock, bs, fp16, stock_options),
-                               windows, device, args.repeat, audio_seconds)  # fmt: skip
-        reference[bs] = tokens
-        rows.append({**row, "model": label, "batch_size": bs, "kind": "stock"})
-        save()
+        decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16, **stock_options)])(bs)
+        reference[bs] = run_pass(f"stock eager b{bs}", "stock", bs, windows, options, decode, to_text, args.repeat, device)
+        add(reference[bs])
     del stock
     torch.cuda.empty_cache() if device.type == "cuda" else None
 
@@ -138,27 +88,13 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
         variants.append((f"wtx compiled[{backend}]", dict(compile=True, step_backend=backend)))
     for bs in args.batch_sizes:
         for name, extra in variants:
-            options = EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
-                                    decoding=decoding, **extra)  # fmt: skip
-            t = time.perf_counter()
-            engine = Engine(options, model=model)
-            setup_s = time.perf_counter() - t
+            engine = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
+                                          decoding=decoding, **extra), model=model)  # fmt: skip
             report = engine.compile_report
-            row, tokens = run_pass(f"{name} b{bs}", engine_pass(engine, bs), windows, device, args.repeat, audio_seconds)
-            ref_text = text_of(engine.tokenizer, reference[bs])
-            agree = agreement(reference[bs], tokens, ref_text, text_of(engine.tokenizer, tokens))
-            stock_row = next(r for r in rows if r["pass"] == f"stock eager b{bs}" and r["model"] == label)
-            rows.append({
-                **row, "model": label, "batch_size": bs, "kind": name,
-                "setup_s": setup_s, "compile": report.source if report else None,
-                "compile_s": report.seconds if report else None,
-                "speedup_vs_stock_same_batch": stock_row["median_s"] / row["median_s"],
-                "identical_windows_vs_stock": agree.identical_share, "wer_vs_stock": agree.wer,
-            })  # fmt: skip
-            if "stock eager b1" in [r["pass"] for r in rows if r["model"] == label]:
-                b1 = next(r for r in rows if r["pass"] == "stock eager b1" and r["model"] == label)
-                rows[-1]["speedup_vs_stock_b1"] = b1["median_s"] / row["median_s"]
-            save()
+            decode = lambda ws, e=engine: [r.tokens for r in e.decode_batch(list(ws))]  # noqa: E731
+            result = run_pass(f"{name} b{bs}", name, bs, windows, options, decode, to_text, args.repeat, device)
+            add(result, reference[bs], compile=report.source if report else None,
+                compile_s=report.seconds if report else None)  # fmt: skip
             del engine
 
 
@@ -297,9 +233,9 @@ def main() -> int:
     print(f"\n{'model':<44} {'pass':<28} {'s/win':>8} {'RTFx':>8} {'tok/s':>9} {'speedup':>8} {'ident':>6} {'WER':>6} {'compile':>12} {'MiB':>7}")
     for r in results["rows"]:
         comp = f"{r.get('compile') or ''} {r['compile_s']:.1f}s" if r.get("compile_s") else ""
-        print(f"{r['model'][:44]:<44} {r['pass']:<28} {r['s_per_window']:8.4f} {r['rtfx']:8.1f} {r['tokens_per_s']:9.0f} "
+        print(f"{r['model'][:44]:<44} {r['name']:<28} {r['s_per_window']:8.4f} {r['rtfx']:8.1f} {r['tokens_per_s']:9.0f} "
               f"{r.get('speedup_vs_stock_same_batch', 1.0):8.2f} {r.get('identical_windows_vs_stock', 1.0):6.2f} "
-              f"{r.get('wer_vs_stock', 0.0):6.3f} {comp:>12} {r['peak_mem_mib'] or 0:7.0f}")  # fmt: skip
+              f"{r.get('wer_vs_stock', 0.0):6.3f} {comp:>12} {r['peak_memory_mib'] or 0:7.0f}")  # fmt: skip
     for key in ("start_cold", "start_warm"):
         if key in results:
             print(key, json.dumps(results[key]))
