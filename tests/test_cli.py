@@ -83,3 +83,12 @@ def test_quiet_prints_nothing_on_success(tmp_path):
     assert out.returncode == 0
     assert out.stderr == b""
     assert (tmp_path / "tone.srt").exists()
+
+
+@pytest.mark.slow
+def test_compare_eager_reports_the_speedup(tmp_path):
+    out = run_wtx("transcribe", str(SAMPLE), "--compare-eager", "-o", str(tmp_path), "-f", "txt")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    stderr = out.stderr.decode()
+    assert "eager openai-whisper baseline" in stderr and "wtx speedup" in stderr
+    assert (tmp_path / "sample.txt").read_text().strip()

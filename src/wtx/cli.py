@@ -73,6 +73,7 @@ def transcribe(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", envvar="WTX_COMPILE", help="torch.compile the encoder and decode step (Inductor; CUDA graphs on GPU). Compiled artifacts are cached on disk, so later runs start fast. Also WTX_COMPILE=1.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
+    compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
     """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
@@ -90,7 +91,7 @@ def transcribe(
     code = run_transcribe(
         files, model=model, out=out, to_stdout=to_stdout, formats=formats, language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
-        compile=compile, strict=strict,
+        compile=compile, strict=strict, compare_eager=compare_eager,
     )  # fmt: skip
     raise typer.Exit(code)
 

@@ -37,10 +37,12 @@ class ThroughputColumn(ProgressColumn):
         if elapsed <= 0 or task.completed <= 0:
             return Text("  - win/s     -x RT", style="progress.data.speed")
         windows = task.fields.get("windows", 0)
-        return Text(
-            f"{windows / elapsed:6.1f} win/s {task.completed / elapsed:7.1f}x RT",
-            style="progress.data.speed",
-        )
+        rtfx = task.completed / elapsed
+        text = f"{windows / elapsed:6.1f} win/s {rtfx:7.1f}x RT"
+        baseline = task.fields.get("baseline_rtfx")
+        if baseline:
+            text += f" {rtfx / baseline:5.1f}x eager"
+        return Text(text, style="progress.data.speed")
 
 
 class TranscribeProgress:
@@ -72,8 +74,9 @@ class TranscribeProgress:
     def __exit__(self, *exc):
         self.progress.__exit__(*exc)
 
-    def start_file(self, name: str, duration: float | None) -> None:
-        self.current = self.progress.add_task(name, total=duration, windows=0)
+    def start_file(self, name: str, duration: float | None, baseline_rtfx: float | None = None) -> None:
+        """A bar for one pass over a file; baseline_rtfx adds a live speedup over eager."""
+        self.current = self.progress.add_task(name, total=duration, windows=0, baseline_rtfx=baseline_rtfx)
 
     def advance(self, audio_seconds: float, windows: int = 1) -> None:
         for task_id in (self.current, self.overall):

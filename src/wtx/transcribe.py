@@ -24,6 +24,7 @@ def run_transcribe(
     files: list[str], *, model: str, out: Path | None, to_stdout: bool, formats: list[str],
     language: str | None, task: str, batch_size: int, device: str | None, dtype: str | None,
     threads: int | None, quiet: bool, compile: bool = False, strict: bool = False,
+    compare_eager: bool = False,
 ) -> int:  # fmt: skip
     import torch
 
@@ -59,16 +60,31 @@ def run_transcribe(
             highlight=False,
         )
 
+    stock = None
+    if compare_eager:
+        from wtx.reference import load_stock_model
+        from wtx.weights import load_checkpoint
+
+        stock = load_stock_model(load_checkpoint(model), engine.device)
     known = [d for d in durations.values() if d is not None]
     total = sum(known) if len(known) == len(files) else None
     failed: list[str] = []
     audio_done = 0.0
+    eager_seconds = 0.0
     work_started = time.perf_counter()
     with TranscribeProgress(total, len(files), quiet) as progress:
         for source in files:
             name = "<stdin>" if source == STDIN else source
-            progress.start_file(Path(name).name, durations[source])
+            baseline_rtfx = None
             try:
+                if stock is not None:
+                    progress.start_file(f"{Path(name).name} (eager baseline)", durations[source])
+                    seconds, audio = _eager_baseline(engine, stock, source, progress)
+                    progress.finish_file()
+                    eager_seconds += seconds
+                    baseline_rtfx = audio / seconds if seconds > 0 else None
+                    work_started += seconds  # the summary times wtx alone
+                progress.start_file(Path(name).name, durations[source], baseline_rtfx)
                 transcript = _transcribe_one(engine, source, progress, to_stdout)
             except WtxError as e:
                 progress.finish_file()
@@ -101,6 +117,12 @@ def run_transcribe(
             f"({speed:.1f}x real time)",
             highlight=False,
         )
+        if stock is not None and eager_seconds > 0 and elapsed > 0:
+            stderr.print(
+                f"eager openai-whisper baseline: {eager_seconds:.1f} s on the same windows; "
+                f"wtx speedup {eager_seconds / elapsed:.2f}x",
+                highlight=False,
+            )
     if failed:
         _error(f"{len(failed)} of {len(files)} inputs failed: {', '.join(failed)}")
         return 1
@@ -121,3 +143,26 @@ def _transcribe_one(engine, source: str, progress: TranscribeProgress, to_stdout
                 sys.stdout.write(segment.text + "\n")
             sys.stdout.flush()
     return Transcript(source=source, duration=duration, language=language, segments=segments)
+
+
+def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress) -> tuple[float, float]:
+    """Stock openai-whisper `decode()` on the same windows and batch size: (seconds, audio seconds).
+
+    The audio is decoded here as well, so both passes are timed the same way."""
+    import torch
+
+    from wtx.audio import fixed_windows, stream_samples
+    from wtx.engine import batched
+    from wtx.reference import stock_decode
+
+    fp16 = engine.dtype == torch.float16
+    started = time.perf_counter()
+    audio = 0.0
+    for batch in batched(fixed_windows(stream_samples(source)), engine.options.batch_size):
+        stock_decode(stock, batch, len(batch), fp16=fp16, language=engine.options.decoding.language or "en")
+        seconds = sum(w.duration for w in batch)
+        audio += seconds
+        progress.advance(seconds, len(batch))
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    return time.perf_counter() - started, audio
