@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""Word error rate of wtx against stock openai-whisper `decode()` on the same fixed 30 s windows.
+"""Long-form accuracy: normalized WER of wtx and of stock openai-whisper on files with references.
 
-    python scripts/eval_wer.py [--model tiny.en] [--json out.json] [FILE REFERENCE ...]
+    python scripts/eval_wer.py                                  # every long file, tiny.en
+    python scripts/eval_wer.py --models tiny.en,base --markdown docs/accuracy.md --json out.json
+    python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
-With no files it scores ../shared/audio/lj001_0001-0032_concat.flac against its reference.
-Both sides are normalized with whisper's EnglishTextNormalizer. CPU, fp32, batch 8.
+Configurations, all greedy on CPU in fp32:
+  silence    wtx --split silence (windows end at the quietest pause)
+  fixed      wtx --split fixed (plain 30 s windows)
+  decode     stock whisper.decode() on the same fixed 30 s windows
+  transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature fallback)
+Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them). Boundary
+errors: alignment errors whose hypothesis time lies within 1 s of a window boundary (windowed
+configurations only; word times are interpolated inside segments).
 """
 
 import argparse
@@ -14,61 +22,156 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = [
-    (ROOT.parent / "shared/audio/lj001_0001-0032_concat.flac", ROOT.parent / "shared/audio/lj001_0001-0032_concat.txt"),
+SHARED = ROOT.parent / "shared"
+LONG_FILES = [
+    ("audio/lj001_0001-0032_concat.flac", "audio/lj001_0001-0032_concat.txt"),
+    ("audio/long_mix_en.mp3", "audio/long_mix_en.txt"),
+    ("tts/declaration_kal.mp3", "texts/us_declaration_of_independence.txt"),
+    ("tts/alice_ch01_espeak.mp3", "texts/carroll_alice_ch01.txt"),
+    ("tts/copperfield_ch01_slt.mp3", "texts/dickens_copperfield_ch01.txt"),
 ]
+CONFIGS = ("silence", "fixed", "decode", "transcribe")
+BOUNDARY_S = 1.0
+
+
+def timed_words(segments):
+    """[(word, time)] from (start, end, text) segments: normalized words, times interpolated."""
+    from wtx.metrics import normalize
+
+    words = []
+    for start, end, text in segments:
+        pieces = normalize(text).split()
+        for i, w in enumerate(pieces):
+            words.append((w, start + (end - start) * (i + 0.5) / max(1, len(pieces))))
+    return words
+
+
+def score(reference: str, segments, boundaries):
+    import jiwer
+
+    from wtx.metrics import normalize
+
+    ref = normalize(reference)
+    words = timed_words(segments)
+    hyp = " ".join(w for w, _ in words)
+    if not hyp:
+        return {"wer": 1.0, "errors": len(ref.split()), "ref_words": len(ref.split()), "boundary_errors": None}
+    out = jiwer.process_words(ref, hyp)
+    errors = out.substitutions + out.deletions + out.insertions
+    boundary_errors = None
+    if boundaries is not None:
+        times = [t for _, t in words]
+        boundary_errors = 0
+        for chunk in out.alignments[0]:
+            if chunk.type == "equal":
+                continue
+            if chunk.type == "delete":  # no hypothesis word: use the neighbouring one's time
+                positions = [min(chunk.hyp_start_idx, len(times) - 1)]
+                count = chunk.ref_end_idx - chunk.ref_start_idx
+            else:
+                positions = list(range(chunk.hyp_start_idx, chunk.hyp_end_idx))
+                count = 1
+            for p in positions:
+                if any(abs(times[p] - b) <= BOUNDARY_S for b in boundaries):
+                    boundary_errors += count
+    return {"wer": errors / len(ref.split()), "errors": errors, "ref_words": len(ref.split()),
+            "boundary_errors": boundary_errors}  # fmt: skip
+
+
+def run_config(config, engine, stock, audio_path):
+    from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, stream_samples
+    from wtx.decode import split_segments
+    from wtx.reference import stock_decode
+    from wtx.split import make_windows
+
+    if config in ("silence", "fixed"):
+        segments, boundaries = [], []
+        for r in engine.transcribe_windows(make_windows(stream_samples(str(audio_path)), config)):
+            segments += [(s.start, s.end, s.text) for s in r.segments]
+            boundaries.append(r.window.offset + r.window.duration)
+        return segments, boundaries[:-1]
+    if config == "decode":
+        windows = list(fixed_windows(stream_samples(str(audio_path))))
+        segments = []
+        for w, r in zip(windows, stock_decode(stock, windows, engine.options.batch_size)):
+            segments += [(s.start, s.end, s.text) for s in split_segments(r.tokens, engine.tokenizer, w.offset, w.duration)]
+        return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
+    if config == "transcribe":
+        result = stock.transcribe(load_audio(str(audio_path)), fp16=False, language="en", verbose=None)
+        return [(s["start"], s["end"], s["text"]) for s in result["segments"]], None
+    raise ValueError(config)
+
+
+def markdown(rows, command):
+    models = sorted({r["model"] for r in rows}, key=lambda m: ["tiny.en", "base"].index(m) if m in ("tiny.en", "base") else 9)
+    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (CPU, fp32, greedy, batch 8).",
+             "WER normalized with whisper's EnglishTextNormalizer; `boundary` counts alignment errors within 1 s of a window boundary.", ""]  # fmt: skip
+    for model in models:
+        mrows = [r for r in rows if r["model"] == model]
+        files = list(dict.fromkeys(r["file"] for r in mrows))
+        configs = [c for c in CONFIGS if any(r["config"] == c for r in mrows)]
+        lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed |",
+                  "|---|" + "---|" * (len(configs) + 1)]  # fmt: skip
+        for f in files:
+            cells, b = [], {}
+            for c in configs:
+                r = next((r for r in mrows if r["file"] == f and r["config"] == c), None)
+                cells.append(f"{r['wer']:.2%}" if r else "—")
+                if r and r["boundary_errors"] is not None:
+                    b[c] = r["boundary_errors"]
+            lines.append(f"| {f} | " + " | ".join(cells) + f" | {b.get('silence', '—')} / {b.get('fixed', '—')} |")
+        avg = []
+        for c in configs:
+            vals = [r["wer"] for r in mrows if r["config"] == c]
+            avg.append(f"{sum(vals) / len(vals):.2%}" if vals else "—")
+        lines += ["| **average** | " + " | ".join(avg) + " | |", ""]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("pairs", nargs="*", help="audio file and reference text file, repeated")
-    parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--models", default="tiny.en")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    if len(args.pairs) % 2:
-        parser.error("give audio files and reference files in pairs")
-    pairs = [(Path(a), Path(r)) for a, r in zip(args.pairs[::2], args.pairs[1::2])] or DEFAULT
 
     import torch
 
-    from wtx.audio import fixed_windows, stream_samples
     from wtx.engine import Engine, EngineOptions
-    from wtx.metrics import word_errors
-    from wtx.reference import load_stock_model, stock_decode
+    from wtx.reference import load_stock_model
     from wtx.weights import load_checkpoint
 
     torch.set_num_threads(args.threads)
-    engine = Engine(EngineOptions(model=args.model, device="cpu", dtype="fp32", batch_size=args.batch_size))
-    stock = load_stock_model(load_checkpoint(args.model))
+    if args.files:
+        pairs = [tuple(Path(p) for p in f.split(":", 1)) for f in args.files]
+    else:
+        pairs = [(SHARED / a, SHARED / r) for a, r in LONG_FILES]
+    pairs = [(a, r) for a, r in pairs if a.is_file() and r.is_file()]
+    if not pairs:
+        print("no audio/reference pairs found", file=sys.stderr)
+        return 1
     rows = []
-    for audio, reference in pairs:
-        if not audio.is_file() or not reference.is_file():
-            print(f"skipping {audio}: audio or reference missing", file=sys.stderr)
-            continue
-        windows = list(fixed_windows(stream_samples(str(audio))))
-        ref = reference.read_text()
-        t = time.perf_counter()
-        ours = " ".join(s.text for r in engine.transcribe_windows(windows) for s in r.segments)
-        t_ours = time.perf_counter() - t
-        t = time.perf_counter()
-        theirs = " ".join(r.text for r in stock_decode(stock, windows, args.batch_size))
-        t_theirs = time.perf_counter() - t
-        w_ours, w_theirs = word_errors(ref, ours), word_errors(ref, theirs)
-        rows.append({
-            "file": audio.name, "model": args.model, "windows": len(windows),
-            "wer_wtx": w_ours.rate, "wer_stock_decode": w_theirs.rate,
-            "errors_wtx": w_ours.errors, "errors_stock_decode": w_theirs.errors, "reference_words": w_ours.words,
-            "seconds_wtx": t_ours, "seconds_stock_decode": t_theirs,
-        })  # fmt: skip
-        print(
-            f"{audio.name}: WER wtx {w_ours.rate:.2%} | stock whisper.decode() {w_theirs.rate:.2%} "
-            f"| difference {100 * (w_ours.rate - w_theirs.rate):+.2f} points ({len(windows)} windows, {args.model})"
-        )
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
-    return 0 if rows else 1
+    for model in args.models.split(","):
+        engine = Engine(EngineOptions(model=model, device="cpu", dtype="fp32", batch_size=8))
+        stock = load_stock_model(load_checkpoint(model))
+        for audio, reference in pairs:
+            for config in args.configs.split(","):
+                started = time.perf_counter()
+                segments, boundaries = run_config(config, engine, stock, audio)
+                row = {"model": model, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
+                       **score(reference.read_text(), segments, boundaries)}  # fmt: skip
+                rows.append(row)
+                b = "" if row["boundary_errors"] is None else f", boundary errors {row['boundary_errors']}"
+                print(f"{model:8} {audio.name:32} {config:10} WER {row['wer']:.2%}{b} ({row['seconds']:.0f} s)", flush=True)
+                if args.json:
+                    args.json.write_text(json.dumps(rows, indent=2) + "\n")
+    if args.markdown:
+        command = "python scripts/eval_wer.py " + " ".join(sys.argv[1:])
+        args.markdown.write_text(markdown(rows, command.strip()))
+    return 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ FILES = {
 def engine_and_stock():
     torch.set_num_threads(2)
     checkpoint = load_checkpoint("tiny.en")
-    engine = Engine(EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8))
+    engine = Engine(EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8, seek_tails=False))
     return engine, load_stock_model(checkpoint)
 
 

@@ -73,6 +73,7 @@ def transcribe(
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", envvar="WTX_COMPILE", help="torch.compile the encoder and decode step (Inductor; CUDA graphs on GPU). Compiled artifacts are cached on disk, so later runs start fast. Also WTX_COMPILE=1.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
+    split: Annotated[str, typer.Option("--split", help="Where windows end: 'silence' (the quietest pause in a window's last seconds, so no word is cut; long silences skipped) or 'fixed' (every 30 s, as whisper.decode() on plain chunks).")] = "silence",
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
@@ -83,6 +84,8 @@ def transcribe(
         raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
     if task not in ("transcribe", "translate"):
         raise typer.BadParameter("choose transcribe or translate", param_hint="--task")
+    if split not in ("silence", "fixed"):
+        raise typer.BadParameter("choose silence or fixed", param_hint="--split")
     to_stdout = output_dir == "-"
     out = None if output_dir in (None, "-") else Path(output_dir)
 
@@ -91,7 +94,7 @@ def transcribe(
     code = run_transcribe(
         files, model=model, out=out, to_stdout=to_stdout, formats=formats, language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
-        compile=compile, strict=strict, compare_eager=compare_eager,
+        compile=compile, strict=strict, compare_eager=compare_eager, split=split,
     )  # fmt: skip
     raise typer.Exit(code)
 

@@ -191,6 +191,22 @@ def split_segments(tokens: list[int], tokenizer, offset: float, duration: float)
     return segments
 
 
+def seek_point(tokens: list[int], tokenizer) -> float | None:
+    """Where openai-whisper's transcribe() would continue inside this window, in seconds.
+
+    When the sampled tokens end with a closed timestamp pair (or text after one) instead of a
+    single final timestamp, transcribe() drops the text after the last pair and decodes again
+    from the pair's time. None: the window was consumed entirely."""
+    ts_begin = tokenizer.timestamp_begin
+    is_ts = [t >= ts_begin for t in tokens]
+    if is_ts[-2:] == [False, True]:  # single timestamp ending
+        return None
+    pairs = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    if not pairs:
+        return None
+    return (tokens[pairs[-1] - 1] - ts_begin) * TIME_PRECISION
+
+
 class GreedyLoop(torch.nn.Module):
     """One greedy decode step for a whole batch, entirely in place on preallocated buffers.
 

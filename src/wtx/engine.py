@@ -5,28 +5,33 @@ display them. A decode loop syncs with the device only every `check_every` steps
 whether every row has reached end-of-text.
 """
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 import threading
 import time
-from queue import Empty, Full, Queue
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import islice
+from queue import Empty, Full, Queue
 
 import numpy as np
 import torch
 
-from wtx.audio import N_SAMPLES, Window
+from wtx.audio import N_SAMPLES, SAMPLE_RATE, Window, pad_window
 from wtx.decode import (
     DecodingOptions,
     GreedyLoop,
     Segment,
     TimestampRules,
     get_tokenizer,
+    seek_point,
     split_segments,
 )
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper, load_model
 from wtx.weights import load_checkpoint
+
+MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
+MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -43,6 +48,7 @@ class EngineOptions:
     strict: bool = False  # a failed compile is an error instead of a warning and eager fallback
     cuda_graph: bool = True  # on CUDA, replay the compiled decode steps as one CUDA graph
     step_backend: str = "inductor"  # "inductor", or "eager": CUDA-graph the eager kernels only
+    seek_tails: bool = True  # re-decode audio a window left undecoded, as transcribe() seeks
 
 
 class CompileError(RuntimeError):
@@ -371,14 +377,56 @@ class Engine:
     # -- a whole recording ---------------------------------------------------------------
 
     def transcribe_windows(self, windows: Iterable[Window]) -> Iterator[WindowResult]:
-        """Decodes a recording's windows in batches; yields results in window order.
+        """Decodes a recording's windows in batches; yields one result per window, in order.
 
-        A background thread reads and stacks the next batches (audio decoding included) while
-        the device works on the current one."""
+        A background thread decodes audio ahead while the device works. When a window's tokens
+        stop before its end with a closed timestamp pair, openai-whisper's transcribe() would
+        seek there and decode again; here that tail becomes a window of its own, batched with
+        the next windows, and its segments join its parent's result (seek_tails)."""
         language = self.options.decoding.language
-        batches = ((batch, self.stack(batch)) for batch in batched(windows, self.options.batch_size))
-        for batch, samples in prefetch(batches, depth=2):
-            results = self.decode_batch(batch, language, samples)
+        batch_size = self.options.batch_size
+        fresh = prefetch(windows, depth=2 * batch_size)
+        carry: list[tuple[Window, dict, int]] = []  # tails: (window, parent entry, depth)
+        entries: deque[dict] = deque()  # parents in window order, emitted once complete
+        exhausted = False
+        while carry or not exhausted:
+            batch = carry[:batch_size]
+            carry = carry[batch_size:]
+            while len(batch) < batch_size and not exhausted:
+                window = next(fresh, None)
+                if window is None:
+                    exhausted = True
+                else:
+                    entry = {"result": None, "open": 1}
+                    entries.append(entry)
+                    batch.append((window, entry, 0))
+            if not batch:
+                break
+            results = self.decode_batch([w for w, _, _ in batch], language)
             if language is None and self.dims.is_multilingual:
                 language = results[0].language  # detected once per file, on its first window
-            yield from results
+            for (window, entry, depth), result in zip(batch, results):
+                tail = self._tail(result) if self.options.seek_tails and depth < MAX_TAIL_DEPTH else None
+                if tail is not None:
+                    tail_window, start = tail
+                    result.segments = [seg for seg in result.segments if seg.start < start]
+                    carry.append((tail_window, entry, depth + 1))
+                    entry["open"] += 1
+                if entry["result"] is None:
+                    entry["result"] = result
+                else:
+                    entry["result"].segments.extend(result.segments)
+                entry["open"] -= 1
+            while entries and entries[0]["open"] == 0:
+                yield entries.popleft()["result"]
+
+    def _tail(self, result: WindowResult) -> tuple[Window, float] | None:
+        """The audio after the seek point, as a window, with the seek time; None when none is left."""
+        w = result.window
+        seek = seek_point(result.tokens, self.tokenizer) if result.segments else None
+        if seek is None or seek <= 0 or w.duration - seek < MIN_TAIL_SECONDS:
+            return None
+        start = int(round(seek * SAMPLE_RATE))
+        end = int(round(w.duration * SAMPLE_RATE))
+        samples = pad_window(w.samples[start:end].copy())
+        return Window(w.index, w.offset + seek, w.duration - seek, samples), w.offset + seek

@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from wtx.audio import CHUNK_LENGTH, STDIN, fixed_windows, probe_duration, stream_samples
+from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, STDIN, probe_duration, stream_samples
 from wtx.errors import WtxError
+from wtx.split import make_windows
 from wtx.progress import TranscribeProgress, format_duration, stderr
 from wtx.writers import Transcript, output_paths, write_outputs
 
@@ -24,7 +25,7 @@ def run_transcribe(
     files: list[str], *, model: str, out: Path | None, to_stdout: bool, formats: list[str],
     language: str | None, task: str, batch_size: int, device: str | None, dtype: str | None,
     threads: int | None, quiet: bool, compile: bool = False, strict: bool = False,
-    compare_eager: bool = False,
+    compare_eager: bool = False, split: str = "silence",
 ) -> int:  # fmt: skip
     import torch
 
@@ -79,13 +80,13 @@ def run_transcribe(
             try:
                 if stock is not None:
                     progress.start_file(f"{Path(name).name} (eager baseline)", durations[source])
-                    seconds, audio = _eager_baseline(engine, stock, source, progress)
+                    seconds, audio = _eager_baseline(engine, stock, source, progress, split)
                     progress.finish_file()
                     eager_seconds += seconds
                     baseline_rtfx = audio / seconds if seconds > 0 else None
                     work_started += seconds  # the summary times wtx alone
                 progress.start_file(Path(name).name, durations[source], baseline_rtfx)
-                transcript = _transcribe_one(engine, source, progress, to_stdout)
+                transcript = _transcribe_one(engine, source, progress, to_stdout, split)
             except WtxError as e:
                 progress.finish_file()
                 progress.log(f"failed: {name}")
@@ -129,36 +130,51 @@ def run_transcribe(
     return 0
 
 
-def _transcribe_one(engine, source: str, progress: TranscribeProgress, to_stdout: bool) -> Transcript:
+def _transcribe_one(engine, source: str, progress: TranscribeProgress, to_stdout: bool, split: str) -> Transcript:
     segments = []
     duration = 0.0
     language = engine.options.decoding.language or "en"
-    for result in engine.transcribe_windows(fixed_windows(stream_samples(source))):
-        duration = result.window.offset + result.window.duration
+    blocks = counted(stream_samples(source))
+    for result in engine.transcribe_windows(make_windows(blocks, split)):
+        end = result.window.offset + result.window.duration
+        progress.advance(end - duration)  # skipped silence counts as done
+        duration = end
         language = result.language
         segments.extend(result.segments)
-        progress.advance(result.window.duration)
         if to_stdout:
             for segment in result.segments:
                 sys.stdout.write(segment.text + "\n")
             sys.stdout.flush()
-    return Transcript(source=source, duration=duration, language=language, segments=segments)
+    progress.advance(blocks.seconds - duration)  # trailing silence
+    return Transcript(source=source, duration=blocks.seconds, language=language, segments=segments)
 
 
-def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress) -> tuple[float, float]:
+class counted:
+    """Passes sample blocks through, counting the seconds of audio seen."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+        self.seconds = 0.0
+
+    def __iter__(self):
+        for block in self.blocks:
+            self.seconds += len(block) / SAMPLE_RATE
+            yield block
+
+
+def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, split: str) -> tuple[float, float]:
     """Stock openai-whisper `decode()` on the same windows and batch size: (seconds, audio seconds).
 
     The audio is decoded here as well, so both passes are timed the same way."""
     import torch
 
-    from wtx.audio import fixed_windows, stream_samples
     from wtx.engine import batched
     from wtx.reference import stock_decode
 
     fp16 = engine.dtype == torch.float16
     started = time.perf_counter()
     audio = 0.0
-    for batch in batched(fixed_windows(stream_samples(source)), engine.options.batch_size):
+    for batch in batched(make_windows(stream_samples(source), split), engine.options.batch_size):
         stock_decode(stock, batch, len(batch), fp16=fp16, language=engine.options.decoding.language or "en")
         seconds = sum(w.duration for w in batch)
         audio += seconds
