@@ -4,6 +4,7 @@ Writers take a file handle and a Transcript; `write_outputs` places the files at
 """
 
 import json
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,11 @@ from wtx.atomic import atomic_write
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
 DEFAULT_FORMATS = ("txt", "srt")
+MAX_LINE = 42  # characters per subtitle line
+MAX_LINES = 2  # lines per cue
+MAX_CUE = 7.0  # seconds a cue may stay on screen
+MIN_CUE = 0.7  # seconds a cue should stay, where the next one allows
+PARAGRAPH_GAP = 1.5  # seconds of pause that start a new paragraph in .txt
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,51 @@ def _cues(transcript: Transcript) -> list[TimedText]:
 
 
 def write_txt(transcript: Transcript, f: TextIO) -> None:
-    for s in transcript.segments:
-        if s.text.strip():
-            f.write(s.text.strip() + "\n")
+    """Running text; a pause of PARAGRAPH_GAP seconds or more starts a new paragraph."""
+    paragraphs: list[list[str]] = []
+    previous_end = None
+    for cue in _cues(transcript):
+        if previous_end is None or cue.start - previous_end >= PARAGRAPH_GAP:
+            paragraphs.append([])
+        paragraphs[-1].append(cue.text)
+        previous_end = cue.end
+    f.write("\n\n".join(" ".join(p) for p in paragraphs) + ("\n" if paragraphs else ""))
+
+
+def _wrap(text: str) -> list[str]:
+    return textwrap.wrap(text, width=MAX_LINE, break_long_words=False, break_on_hyphens=False) or [""]
+
+
+def subtitle_cues(transcript: Transcript) -> list[TimedText]:
+    """Segments split into subtitle cues: at most MAX_LINES lines of MAX_LINE characters and
+    MAX_CUE seconds each, at least MIN_CUE seconds where the next cue allows, never overlapping.
+    A segment's time is shared among its cues in proportion to their characters."""
+    cues: list[TimedText] = []
+    for seg in _cues(transcript):
+        pieces: list[str] = []
+        for word in seg.text.split():
+            candidate = f"{pieces[-1]} {word}" if pieces else word
+            if pieces and len(_wrap(candidate)) <= MAX_LINES:
+                pieces[-1] = candidate
+            else:
+                pieces.append(word)
+        total = sum(len(p) for p in pieces)
+        start = seg.start
+        for piece in pieces:
+            end = start + (seg.end - seg.start) * len(piece) / total
+            cues.append(TimedText(start, min(end, start + MAX_CUE), "\n".join(_wrap(piece))))
+            start = end
+    fixed: list[TimedText] = []
+    for i, cue in enumerate(cues):
+        start = max(cue.start, fixed[-1].end if fixed else 0.0)
+        next_start = cues[i + 1].start if i + 1 < len(cues) else float("inf")
+        end = max(cue.end, min(start + MIN_CUE, next_start))
+        fixed.append(TimedText(round(start, 3), round(min(max(end, start), start + MAX_CUE), 3), cue.text))
+    return fixed
 
 
 def write_srt(transcript: Transcript, f: TextIO) -> None:
-    for i, cue in enumerate(_cues(transcript), start=1):
+    for i, cue in enumerate(subtitle_cues(transcript), start=1):
         start = format_timestamp(cue.start, always_include_hours=True, decimal_marker=",")
         end = format_timestamp(cue.end, always_include_hours=True, decimal_marker=",")
         f.write(f"{i}\n{start} --> {end}\n{cue.text.replace('-->', '->')}\n\n")
@@ -75,7 +119,7 @@ def write_srt(transcript: Transcript, f: TextIO) -> None:
 
 def write_vtt(transcript: Transcript, f: TextIO) -> None:
     f.write("WEBVTT\n\n")
-    for cue in _cues(transcript):
+    for cue in subtitle_cues(transcript):
         start = format_timestamp(cue.start, always_include_hours=True)
         end = format_timestamp(cue.end, always_include_hours=True)
         f.write(f"{start} --> {end}\n{cue.text.replace('-->', '->')}\n\n")

@@ -1,0 +1,110 @@
+"""Silence-aware windows, seek points, subtitle rules and the WER harness."""
+
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, shared_file
+from wtx.audio import N_SAMPLES, SAMPLE_RATE
+from wtx.decode import get_tokenizer, seek_point
+from wtx.split import silence_windows
+from wtx.writers import MAX_CUE, MAX_LINE, MAX_LINES, MIN_CUE, TimedText, Transcript, subtitle_cues
+from tests.test_decode import TINY_EN
+
+
+def tones_and_silences(rng: random.Random, seconds: float):
+    """Tone bursts of 0.3-4 s separated by silences of 0.3-1.5 s: (samples, silent intervals)."""
+    parts, silences, t = [], [], 0.0
+    while t < seconds:
+        burst = rng.uniform(0.3, 4.0)
+        n = int(burst * SAMPLE_RATE)
+        parts.append((0.3 * np.sin(2 * np.pi * rng.uniform(200, 800) * np.arange(n) / SAMPLE_RATE)).astype(np.float32))
+        t += n / SAMPLE_RATE
+        gap = rng.uniform(0.3, 1.5)
+        silences.append((t, t + gap))
+        parts.append(np.zeros(int(gap * SAMPLE_RATE), dtype=np.float32))
+        t += int(gap * SAMPLE_RATE) / SAMPLE_RATE
+    return np.concatenate(parts), silences
+
+
+def blocks_of(samples: np.ndarray):
+    for i in range(0, len(samples), N_SAMPLES):
+        yield samples[i : i + N_SAMPLES]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_window_boundaries_fall_inside_silences(seed):
+    samples, silences = tones_and_silences(random.Random(seed), 200.0)
+    windows = list(silence_windows(blocks_of(samples)))
+    assert windows[0].offset == 0.0
+    for a, b in zip(windows, windows[1:]):
+        cut = a.offset + a.duration
+        assert b.offset == pytest.approx(cut)  # contiguous: nothing dropped, nothing twice
+        assert a.duration <= 30.0
+        assert any(lo <= cut <= hi for lo, hi in silences), f"cut at {cut:.2f} s is inside a tone"
+    total = windows[-1].offset + windows[-1].duration
+    assert total == pytest.approx(len(samples) / SAMPLE_RATE, abs=0.01)
+    for w in windows:  # exact offsets: each window's samples are the recording's
+        start = int(round(w.offset * SAMPLE_RATE))
+        n = int(round(w.duration * SAMPLE_RATE))
+        assert np.array_equal(w.samples[:n], samples[start : start + n])
+
+
+def test_long_silence_is_skipped():
+    tone = (0.3 * np.sin(np.arange(3 * SAMPLE_RATE) / 10)).astype(np.float32)
+    samples = np.concatenate([tone, np.zeros(70 * SAMPLE_RATE, np.float32), tone])
+    windows = list(silence_windows(blocks_of(samples)))
+    assert len(windows) == 2
+    assert windows[1].offset > 70  # the minute of silence was never decoded
+    assert list(silence_windows(blocks_of(np.zeros(45 * SAMPLE_RATE, np.float32)))) == []
+
+
+def test_seek_point_follows_transcribe():
+    tok = get_tokenizer(TINY_EN, "en", "transcribe")
+    ts = tok.timestamp_begin
+    text = tok.encode(" hi")
+    assert seek_point([ts, *text, ts + 100], tok) is None  # single timestamp ending
+    assert seek_point([ts, *text, ts + 100, ts + 100], tok) == pytest.approx(2.0)
+    assert seek_point([ts, *text, ts + 100, ts + 100, *text], tok) == pytest.approx(2.0)
+    assert seek_point([*text], tok) is None
+
+
+def test_subtitle_rules_hold_on_generated_segments():
+    rng = random.Random(1)
+    words = "the keeper climbed the stairs at dusk and trimmed every wick extraordinarily carefully".split()
+    segments, t = [], 0.0
+    for _ in range(200):
+        duration = rng.uniform(0.2, 25.0)
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 60)))
+        segments.append(TimedText(round(t, 2), round(t + duration, 2), text))
+        t += duration + rng.choice([0.0, 0.0, 0.4, 2.0])
+    cues = subtitle_cues(Transcript("x", t, "en", segments))
+    assert " ".join(c.text.replace("\n", " ") for c in cues).split() == " ".join(s.text for s in segments).split()
+    for i, cue in enumerate(cues):
+        lines = cue.text.split("\n")
+        assert len(lines) <= MAX_LINES and all(len(line) <= MAX_LINE for line in lines)
+        assert cue.end - cue.start <= MAX_CUE + 1e-6
+        if i + 1 < len(cues):
+            nxt = cues[i + 1]
+            assert cue.end <= nxt.start + 1e-6  # no overlaps
+            assert cue.end - cue.start >= min(MIN_CUE, nxt.start - cue.start) - 1e-6
+
+
+@pytest.mark.slow
+def test_wer_harness_runs_on_a_short_file(tmp_path):
+    audio, ref = shared_file("audio/jfk.flac"), shared_file("audio/jfk.txt")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "eval_wer.py"), "--files", f"{audio}:{ref}",
+         "--markdown", str(tmp_path / "acc.md"), "--json", str(tmp_path / "acc.json")],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    import json
+
+    rows = json.loads((tmp_path / "acc.json").read_text())
+    assert {r["config"] for r in rows} == {"silence", "fixed", "decode", "transcribe"}
+    assert all(0 <= r["wer"] < 0.2 for r in rows)  # a clean 11 s clip: every configuration nearly right
+    assert "| **average** |" in (tmp_path / "acc.md").read_text()
