@@ -93,3 +93,18 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     assert runs[1]["source"] == "loaded"
     assert runs[1]["hits"] > 0
     assert any(tmp_path.joinpath("compiled").iterdir())
+
+
+def test_corrupt_bundle_is_removed_and_rebuilt(tmp_path, monkeypatch):
+    from wtx import compile_cache
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    options = EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True)
+    Engine(options, model=random_model())
+    bundles = list((tmp_path / "compiled").iterdir())
+    assert len(bundles) == 1
+    bundles[0].write_bytes(b"this is not a bundle")
+    engine = Engine(options, model=random_model())
+    assert any("unreadable compiled-artifact bundle removed" in w for w in engine.compile_report.warnings)
+    assert engine.compile_report.source == "compiled"
+    assert compile_cache.bundle_path(bundles[0].stem).read_bytes() != b"this is not a bundle"

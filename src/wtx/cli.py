@@ -47,21 +47,22 @@ def _parse_formats(value: str) -> list[str]:
 
 
 def _check_inputs(inputs: list[str]) -> None:
+    """Usage errors (exit 2): stdin twice, or a plain path that does not exist."""
+    import glob
+
     if inputs.count("-") > 1:
         raise typer.BadParameter("'-' (stdin) can be given only once", param_hint="FILES")
     for source in inputs:
-        if source == "-":
-            continue
-        path = Path(source)
-        if not path.exists():
+        if source != "-" and not Path(source).exists() and not glob.has_magic(source):
             raise typer.BadParameter(f"{source}: no such file", param_hint="FILES")
-        if path.is_dir():
-            raise typer.BadParameter(f"{source}: is a directory, not an audio file", param_hint="FILES")
 
 
 @app.command()
 def transcribe(
-    files: Annotated[list[str], typer.Argument(help="Audio or video files ffmpeg can read; '-' reads stdin.", show_default=False)],
+    files: Annotated[Optional[list[str]], typer.Argument(help="Audio or video files ffmpeg can read, directories (searched recursively for audio and video) or glob patterns; '-' reads stdin.", show_default=False)] = None,
+    from_list: Annotated[Optional[str], typer.Option("--from-list", help="Read more inputs from this file, one path per line ('-': stdin).")] = None,
+    skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip inputs whose output files all exist already.")] = False,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Journal finished windows next to the outputs and resume an interrupted run from them.")] = True,
     model: Annotated[str, typer.Option("--model", "-m", help="tiny.en or base (bundled), an openai-whisper name in ~/.cache/whisper, or a .pt path.")] = "tiny.en",
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Directory for the output files (default: next to each input); '-' streams plain text to stdout.")] = None,
     output_format: Annotated[str, typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all.")] = "txt,srt",
@@ -78,6 +79,18 @@ def transcribe(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
     """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
+    from wtx.inputs import expand, read_list
+
+    files = list(files or [])
+    if from_list is not None:
+        if from_list == "-" and "-" in files:
+            raise typer.BadParameter("stdin cannot be both an input and the list", param_hint="--from-list")
+        try:
+            files += read_list(from_list)
+        except OSError as e:
+            raise typer.BadParameter(f"{from_list}: {e.strerror or e}", param_hint="--from-list") from e
+    if not files:
+        raise typer.BadParameter("give at least one input (a file, directory, pattern, '-' or --from-list)", param_hint="FILES")
     _check_inputs(files)
     formats = _parse_formats(output_format)
     if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
@@ -89,14 +102,16 @@ def transcribe(
     to_stdout = output_dir == "-"
     out = None if output_dir in (None, "-") else Path(output_dir)
 
-    from wtx.transcribe import run_transcribe
+    from wtx.transcribe import Job, run_transcribe
 
-    code = run_transcribe(
-        files, model=model, out=out, to_stdout=to_stdout, formats=formats, language=language,
+    expanded = expand(files)
+    job = Job(
+        model=model, out=out, to_stdout=to_stdout, formats=tuple(formats), language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
+        skip_existing=skip_existing, resume=resume,
     )  # fmt: skip
-    raise typer.Exit(code)
+    raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 
 
 @app.command()
