@@ -105,6 +105,6 @@ def test_corrupt_bundle_is_removed_and_rebuilt(tmp_path, monkeypatch):
     assert len(bundles) == 1
     bundles[0].write_bytes(b"this is not a bundle")
     engine = Engine(options, model=random_model())
-    assert any("unreadable compiled-artifact bundle removed" in w for w in engine.compile_report.warnings)
+    assert any("corrupt compiled-artifact bundle removed" in w for w in engine.compile_report.warnings)
     assert engine.compile_report.source == "compiled"
     assert compile_cache.bundle_path(bundles[0].stem).read_bytes() != b"this is not a bundle"

@@ -90,10 +90,10 @@ def load_bundle(key: str) -> bool:
         info = torch.compiler.load_cache_artifacts(path.read_bytes())
     except Exception as e:
         path.unlink(missing_ok=True)
-        raise CorruptBundle(f"{path}: unreadable compiled-artifact bundle removed ({e})") from e
-    if info is None:
+        raise CorruptBundle(f"{path}: corrupt compiled-artifact bundle removed ({e})") from e
+    if info is None:  # torch logs the checksum mismatch and returns None
         path.unlink(missing_ok=True)
-        raise CorruptBundle(f"{path}: empty compiled-artifact bundle removed")
+        raise CorruptBundle(f"{path}: corrupt compiled-artifact bundle removed (torch could not read it)")
     return True
 
 
