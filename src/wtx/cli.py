@@ -134,7 +134,13 @@ def bench(
     """Time stock eager Whisper and the wtx engine on the same windows; report speedup and agreement."""
     files = files or []
     if files:
+        from wtx.inputs import expand
+
         _check_inputs(files)
+        expanded = expand(files)
+        if expanded.problems:
+            raise typer.BadParameter("; ".join(expanded.problems), param_hint="FILES")
+        files = expanded.inputs
     if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
         raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
     from wtx.bench_job import run_bench
