@@ -5,13 +5,10 @@ display them. A decode loop syncs with the device only every `check_every` steps
 whether every row has reached end-of-text.
 """
 
-import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
-from queue import Empty, Full, Queue
 
 import numpy as np
 import torch
@@ -27,6 +24,7 @@ from wtx.decode import (
     split_segments,
 )
 from wtx.features import log_mel_spectrogram
+from wtx.prefetch import batched, prefetch
 from wtx.model import Whisper, load_model
 from wtx.weights import load_checkpoint
 
@@ -105,52 +103,6 @@ def capture(fn, device):
     with torch.cuda.graph(graph):
         outputs = fn()
     return graph, outputs
-
-
-def prefetch(items: Iterable, depth: int) -> Iterator:
-    """Iterates `items` in a background thread, up to `depth` ahead; re-raises its errors."""
-    queue: Queue = Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def produce():
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        queue.put((item, None), timeout=0.1)
-                        break
-                    except Full:
-                        continue
-                if stop.is_set():
-                    return
-            queue.put((done, None))
-        except BaseException as e:  # handed to the consumer, raised there
-            queue.put((done, e))
-
-    thread = threading.Thread(target=produce, name="wtx-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item, error = queue.get()
-            if item is done:
-                if error is not None:
-                    raise error
-                return
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                queue.get_nowait()
-            except Empty:
-                thread.join(timeout=0.1)
-
-
-def batched(items: Iterable, n: int) -> Iterator[list]:
-    it = iter(items)
-    while batch := list(islice(it, n)):
-        yield batch
 
 
 class Engine:

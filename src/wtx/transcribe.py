@@ -251,7 +251,7 @@ def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, sp
     The audio is decoded here as well, so both passes are timed the same way."""
     import torch
 
-    from wtx.engine import batched
+    from wtx.prefetch import batched
     from wtx.reference import stock_decode
 
     fp16 = engine.dtype == torch.float16
