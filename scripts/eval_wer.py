@@ -8,6 +8,7 @@
 Configurations, all greedy on CPU in fp32:
   silence    wtx --split silence (windows end at the quietest pause)
   fixed      wtx --split fixed (plain 30 s windows)
+  plain      wtx on fixed 30 s windows without seek tails: the same windows and work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows
   transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature fallback)
 Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them). Boundary
@@ -19,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +32,8 @@ LONG_FILES = [
     ("tts/alice_ch01_espeak.mp3", "texts/carroll_alice_ch01.txt"),
     ("tts/copperfield_ch01_slt.mp3", "texts/dickens_copperfield_ch01.txt"),
 ]
-CONFIGS = ("silence", "fixed", "decode", "transcribe")
+CONFIGS = ("silence", "fixed", "plain", "decode", "transcribe")
+DEFAULT_CONFIGS = ("silence", "fixed", "decode", "transcribe")
 BOUNDARY_S = 1.0
 
 
@@ -84,9 +87,11 @@ def run_config(config, engine, stock, audio_path):
     from wtx.reference import stock_decode
     from wtx.split import make_windows
 
-    if config in ("silence", "fixed"):
+    if config in ("silence", "fixed", "plain"):
         segments, boundaries = [], []
-        for r in engine.transcribe_windows(make_windows(stream_samples(str(audio_path)), config)):
+        split = "fixed" if config == "plain" else config
+        engine.options = replace(engine.options, seek_tails=config != "plain")
+        for r in engine.transcribe_windows(make_windows(stream_samples(str(audio_path)), split)):
             segments += [(s.start, s.end, s.text) for s in r.segments]
             boundaries.append(r.window.offset + r.window.duration)
         return segments, boundaries[:-1]
@@ -131,7 +136,7 @@ def markdown(rows, command):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="tiny.en")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="from " + ",".join(CONFIGS))
     parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path)
