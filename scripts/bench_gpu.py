@@ -79,7 +79,7 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
         decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16, **stock_options)])(bs)
         reference[bs] = run_pass(f"stock eager b{bs}", "stock", bs, windows, options, decode, to_text, args.repeat, device)
         add(reference[bs])
-    del stock
+    stock = None  # the stock passes are done: free its memory before the engine passes
     torch.cuda.empty_cache() if device.type == "cuda" else None
 
     model = load_model(checkpoint, device, {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name])

@@ -74,14 +74,14 @@ def test_compiled_logits_match_eager(engines):
 
 
 def test_second_process_hits_the_disk_cache(tmp_path):
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import json, torch
         torch.set_num_threads(2)
         from torch._dynamo.utils import counters
         from tests.test_compile import random_model, BATCH
         from wtx.engine import Engine, EngineOptions
         e = Engine(EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True), model=random_model())
-        print(json.dumps({{"source": e.compile_report.source, "hits": counters["inductor"]["fxgraph_cache_hit"]}}))
+        print(json.dumps({"source": e.compile_report.source, "hits": counters["inductor"]["fxgraph_cache_hit"]}))
     """)
     env = {"WTX_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     runs = []

@@ -24,7 +24,7 @@ from wtx.decode import (
     split_segments,
 )
 from wtx.features import log_mel_spectrogram
-from wtx.prefetch import batched, prefetch
+from wtx.prefetch import prefetch
 from wtx.model import Whisper, load_model
 from wtx.weights import load_checkpoint
 
