@@ -1,7 +1,6 @@
 """The wtx command line. Parses options, prints to stderr, writes data to stdout or files,
 and picks exit codes. torch is imported only inside the commands that need it."""
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -186,7 +185,6 @@ def cache_clear(
 
 
 def main() -> None:
-    os.environ.setdefault("PYTHONIOENCODING", "utf-8")
     try:
         app()
     except KeyboardInterrupt:
