@@ -35,13 +35,13 @@ class ThroughputColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         elapsed = task.elapsed or 0.0
         if elapsed <= 0 or task.completed <= 0:
-            return Text("  - win/s     -x RT", style="progress.data.speed")
+            return Text("- win/s -x RT", style="progress.data.speed")
         windows = task.fields.get("windows", 0)
         rtfx = task.completed / elapsed
-        text = f"{windows / elapsed:6.1f} win/s {rtfx:7.1f}x RT"
+        text = f"{windows / elapsed:.1f} win/s {rtfx:.0f}x RT"
         baseline = task.fields.get("baseline_rtfx")
         if baseline:
-            text += f" {rtfx / baseline:5.1f}x eager"
+            text += f" {rtfx / baseline:.1f}x eager"
         return Text(text, style="progress.data.speed")
 
 
@@ -53,10 +53,9 @@ class TranscribeProgress:
         self.started = time.perf_counter()
         self.progress = Progress(
             TextColumn("{task.description}", markup=False),
-            BarColumn(),
+            BarColumn(bar_width=14),
             AudioTimeColumn(),
             ThroughputColumn(),
-            TextColumn("ETA"),
             TimeRemainingColumn(),
             console=stderr,
             disable=quiet,
@@ -72,11 +71,15 @@ class TranscribeProgress:
         return self
 
     def __exit__(self, *exc):
+        if self.overall is not None:  # probed durations differ from decoded ones by a few ms
+            task = self.progress.tasks[self.overall]
+            self.progress.update(self.overall, total=task.completed)
         self.progress.__exit__(*exc)
 
     def start_file(self, name: str, duration: float | None, baseline_rtfx: float | None = None) -> None:
         """A bar for one pass over a file; baseline_rtfx adds a live speedup over eager."""
-        self.current = self.progress.add_task(name, total=duration, windows=0, baseline_rtfx=baseline_rtfx)
+        short = name if len(name) <= 24 else name[:11] + "…" + name[-12:]
+        self.current = self.progress.add_task(short, total=duration, windows=0, baseline_rtfx=baseline_rtfx)
 
     def advance(self, audio_seconds: float, windows: int = 1) -> None:
         for task_id in (self.current, self.overall):
