@@ -92,3 +92,16 @@ def test_compare_eager_reports_the_speedup(tmp_path):
     stderr = out.stderr.decode()
     assert "eager openai-whisper baseline" in stderr and "wtx speedup" in stderr
     assert (tmp_path / "sample.txt").read_text().strip()
+
+
+@pytest.mark.slow
+def test_multilingual_model_detects_the_language_once_per_file(tmp_path):
+    german = shared_file("audio/aeneas_librivox/de_simplicissimus.mp3")
+    out = run_wtx("transcribe", str(german), str(SAMPLE), "-m", "base", "-f", "json", "-o", str(tmp_path))
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    import json
+
+    de = json.loads((tmp_path / "de_simplicissimus.json").read_text())
+    en = json.loads((tmp_path / "sample.json").read_text())
+    assert (de["language"], en["language"]) == ("de", "en")
+    assert "abenteuerliche" in de["text"].lower()
