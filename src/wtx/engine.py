@@ -361,7 +361,9 @@ class Engine:
                 tail = self._tail(result) if self.options.seek_tails and depth < MAX_TAIL_DEPTH else None
                 if tail is not None:
                     tail_window, start = tail
-                    result.segments = [seg for seg in result.segments if seg.start < start]
+                    # the text after the last closed pair starts at the seek time: the tail decodes it
+                    # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
+                    result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
                     carry.append((tail_window, entry, depth + 1))
                     entry["open"] += 1
                 if entry["result"] is None:
