@@ -213,6 +213,8 @@ def main() -> int:
         dims = whisper.model.ModelDimensions(**RANDOM_DIMS[shape])
         with torch.device(device):
             stock_random = whisper.model.Whisper(dims)
+        # openai-whisper leaves the decoder's positional embedding as torch.empty (garbage, maybe NaN)
+        torch.nn.init.normal_(stock_random.decoder.positional_embedding, std=0.02)
         checkpoint = {"dims": RANDOM_DIMS[shape], "model_state_dict": stock_random.state_dict()}
         rng = np.random.default_rng(0)
         from wtx.audio import N_SAMPLES, Window

@@ -20,11 +20,13 @@ BATCH = 2
 
 
 def random_model(seed: int = 0) -> Whisper:
-    torch.manual_seed(seed)
-    with torch.device("cpu"):
-        import whisper.model
+    import whisper.model
 
-        stock = whisper.model.Whisper(whisper.model.ModelDimensions(**TINY.__dict__))
+    torch.manual_seed(seed)
+    stock = whisper.model.Whisper(whisper.model.ModelDimensions(**TINY.__dict__))
+    # openai-whisper leaves the decoder's positional embedding as torch.empty: fill it, so that
+    # two models built with the same seed are the same model
+    torch.nn.init.normal_(stock.decoder.positional_embedding, std=0.02)
     return load_model({"dims": TINY.__dict__, "model_state_dict": stock.state_dict()})
 
 
