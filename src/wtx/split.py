@@ -14,7 +14,7 @@ from wtx.audio import CHUNK_LENGTH, N_SAMPLES, SAMPLE_RATE, Window, fixed_window
 
 SPLITS = ("silence", "fixed")
 FRAME = SAMPLE_RATE // 50  # 20 ms
-SEARCH = 6.0  # seconds at the end of a window searched for the cut
+SEARCH = 10.0  # seconds at the end of a window searched for the cut
 SMOOTH = 10  # frames (200 ms) of energy smoothing
 SILENCE_DB = -45.0  # frames quieter than this (dBFS) count as silence
 MIN_SKIP = 2.0  # seconds of silence at a window start before it is skipped
