@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from wtx import __version__  # noqa: E402
 from wtx.audio import CHUNK_LENGTH, fixed_windows, stream_samples  # noqa: E402
-from wtx.bench import compare, run_pass, speedup  # noqa: E402
+from wtx.bench import compare, run_pass, speedup, tokens_text  # noqa: E402
 from wtx.decode import DecodingOptions, get_tokenizer  # noqa: E402
 from wtx.engine import Engine, EngineOptions  # noqa: E402
 from wtx.model import ModelDimensions, load_model  # noqa: E402
@@ -59,7 +59,7 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
     tokenizer = get_tokenizer(ModelDimensions(**checkpoint["dims"]), "en", "transcribe")
 
     def to_text(token_lists):
-        return " ".join(tokenizer.decode([t for t in tokens if t < tokenizer.eot]) for tokens in token_lists)
+        return tokens_text(tokenizer, token_lists)
 
     def add(result, baseline=None, **extra):
         row = {**result.summary(), "model": label, "s_per_window": result.median_s / result.windows, **extra}

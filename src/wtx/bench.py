@@ -24,6 +24,11 @@ class BenchMismatch(ValueError):
     """Two passes did not decode the same windows with the same options."""
 
 
+def tokens_text(tokenizer, token_lists: Sequence[Sequence[int]]) -> str:
+    """The text of every window's tokens (special and timestamp tokens left out), joined."""
+    return " ".join(tokenizer.decode([t for t in tokens if t < tokenizer.eot]) for tokens in token_lists)
+
+
 def windows_fingerprint(windows: Sequence[Window]) -> str:
     """sha256 over every window's offset and samples: equal iff the passes saw the same audio."""
     digest = hashlib.sha256()

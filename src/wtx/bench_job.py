@@ -19,7 +19,7 @@ from rich.table import Table
 from wtx import __version__
 from wtx.atomic import atomic_path, atomic_write
 from wtx.audio import fixed_windows, stream_samples
-from wtx.bench import SCHEMA_VERSION, compare, reference_wer, run_pass, speedup
+from wtx.bench import SCHEMA_VERSION, compare, reference_wer, run_pass, speedup, tokens_text
 from wtx.errors import WtxError
 from wtx.progress import stderr
 
@@ -120,7 +120,7 @@ def run_bench(
     options = f"greedy, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"
 
     def to_text(token_lists):
-        return " ".join(tokenizer.decode([t for t in tokens if t < tokenizer.eot]) for tokens in token_lists)
+        return tokens_text(tokenizer, token_lists)
 
     def engine_decode(engine):
         return lambda ws: [r.tokens for r in engine.decode_batch(list(ws))]

@@ -69,10 +69,6 @@ class WindowResult:
     avg_logprob: float
     segments: list[Segment]
 
-    @property
-    def is_silent(self) -> bool:
-        return not self.segments
-
 
 def pick_device(device: str | None) -> torch.device:
     if device is None:
@@ -197,21 +193,14 @@ class Engine:
                 break
 
     @torch.inference_mode()
-    def decode_batch(
-        self, windows: list[Window], language: str | None = None, samples: torch.Tensor | None = None
-    ) -> list[WindowResult]:
-        """Greedy timestamped decoding of up to batch_size windows at once.
-
-        samples: the windows' stacked samples if already prepared (see `stack`)."""
+    def decode_batch(self, windows: list[Window], language: str | None = None) -> list[WindowResult]:
+        """Greedy timestamped decoding of up to batch_size windows at once."""
         n = len(windows)
         if self.fixed_batch is not None:
             if n > self.fixed_batch:
                 raise ValueError(f"batch of {n} windows exceeds the compiled batch size {self.fixed_batch}")
-            if n < self.fixed_batch:
-                windows = windows + [silent_window()] * (self.fixed_batch - n)
-                samples = None
-        if samples is None:
-            samples = self.stack(windows)
+            windows = windows + [silent_window()] * (self.fixed_batch - n)
+        samples = self.stack(windows)
         loop = self._loop(len(windows))
         language_tokens = self._language_tokens(language or self.options.decoding.language, len(windows))
         needs_detection = self.dims.is_multilingual and language_tokens is None
