@@ -89,7 +89,8 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
     for bs in args.batch_sizes:
         for name, extra in variants:
             engine = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
-                                          decoding=decoding, **extra), model=model)  # fmt: skip
+                                          decoding=decoding, condition_on_previous_text=False, **extra),
+                            model=model)  # fmt: skip
             report = engine.compile_report
             decode = lambda ws, e=engine: [r.tokens for r in e.decode_batch(list(ws))]  # noqa: E731
             result = run_pass(f"{name} b{bs}", name, bs, windows, options, decode, to_text, args.repeat, device)
@@ -107,7 +108,7 @@ sys.path.insert(0, {str(ROOT / 'src')!r})
 import numpy as np, torch
 from wtx.engine import Engine, EngineOptions
 from wtx.audio import fixed_windows, stream_samples
-e = Engine(EngineOptions(model={model_arg!r}, device={str(device)!r}, dtype={dtype_name!r}, batch_size={batch_size}, compile=True, strict=True))
+e = Engine(EngineOptions(model={model_arg!r}, device={str(device)!r}, dtype={dtype_name!r}, batch_size={batch_size}, compile=True, strict=True, condition_on_previous_text=False))
 w = next(fixed_windows(stream_samples({str(args.audio)!r})))
 r = e.decode_batch([w])
 torch.cuda.synchronize() if torch.cuda.is_available() else None

@@ -5,13 +5,15 @@
     python scripts/eval_wer.py --models tiny.en,base --markdown docs/accuracy.md --json out.json
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
-Configurations, all greedy on CPU in fp32:
+Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16):
   silence    wtx --split silence (windows end at the quietest pause)
   fixed      wtx --split fixed (plain 30 s windows)
   plain      wtx on fixed 30 s windows without seek tails: the same windows and work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows
   transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature fallback)
-Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them). Boundary
+Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them); the
+normalizer drops text in parentheses, which the narrators read aloud, so parentheses in the
+reference are removed first and their words kept. Boundary
 errors: alignment errors whose hypothesis time lies within 1 s of a window boundary (windowed
 configurations only; word times are interpolated inside segments).
 """
@@ -54,7 +56,7 @@ def score(reference: str, segments, boundaries):
 
     from wtx.metrics import normalize
 
-    ref = normalize(reference)
+    ref = normalize(reference.replace("(", " ").replace(")", " "))  # spoken: keep the words
     words = timed_words(segments)
     hyp = " ".join(w for w, _ in words)
     if not hyp:
@@ -82,7 +84,9 @@ def score(reference: str, segments, boundaries):
 
 
 def run_config(config, engine, stock, audio_path):
-    from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, stream_samples
+    import torch
+
+    from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
     from wtx.decode import split_segments
     from wtx.reference import stock_decode
     from wtx.split import make_windows
@@ -91,25 +95,28 @@ def run_config(config, engine, stock, audio_path):
         segments, boundaries = [], []
         split = "fixed" if config == "plain" else config
         engine.options = replace(engine.options, seek_tails=config != "plain")
-        for r in engine.transcribe_windows(make_windows(stream_samples(str(audio_path)), split)):
+        windows = make_windows(stream_samples(str(audio_path)), split)
+        for r in engine.transcribe_windows(windows, probe_duration(str(audio_path))):
             segments += [(s.start, s.end, s.text) for s in r.segments]
             boundaries.append(r.window.offset + r.window.duration)
         return segments, boundaries[:-1]
     if config == "decode":
         windows = list(fixed_windows(stream_samples(str(audio_path))))
         segments = []
-        for w, r in zip(windows, stock_decode(stock, windows, engine.options.batch_size)):
+        fp16 = engine.dtype == torch.float16
+        for w, r in zip(windows, stock_decode(stock, windows, engine.options.batch_size, fp16=fp16)):
             segments += [(s.start, s.end, s.text) for s in split_segments(r.tokens, engine.tokenizer, w.offset, w.duration)]
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
     if config == "transcribe":
-        result = stock.transcribe(load_audio(str(audio_path)), fp16=False, language="en", verbose=None)
+        fp16 = engine.dtype == torch.float16
+        result = stock.transcribe(load_audio(str(audio_path)), fp16=fp16, language="en", verbose=None)
         return [(s["start"], s["end"], s["text"]) for s in result["segments"]], None
     raise ValueError(config)
 
 
 def markdown(rows, command):
     models = sorted({r["model"] for r in rows}, key=lambda m: ["tiny.en", "base"].index(m) if m in ("tiny.en", "base") else 9)
-    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (CPU, fp32, greedy, batch 8).",
+    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (greedy, batch 8).",
              "WER normalized with whisper's EnglishTextNormalizer; `boundary` counts alignment errors within 1 s of a window boundary.", ""]  # fmt: skip
     for model in models:
         mrows = [r for r in rows if r["model"] == model]
@@ -139,6 +146,7 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="from " + ",".join(CONFIGS))
     parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -160,13 +168,15 @@ def main() -> int:
         return 1
     rows = []
     for model in args.models.split(","):
-        engine = Engine(EngineOptions(model=model, device="cpu", dtype="fp32", batch_size=8))
-        stock = load_stock_model(load_checkpoint(model))
+        dtype = "fp16" if args.device.startswith("cuda") else "fp32"
+        engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=8))
+        stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
             for config in args.configs.split(","):
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, engine, stock, audio)
-                row = {"model": model, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
+                label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
+                row = {"model": label, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
                        **score(reference.read_text(), segments, boundaries)}  # fmt: skip
                 rows.append(row)
                 b = "" if row["boundary_errors"] is None else f", boundary errors {row['boundary_errors']}"

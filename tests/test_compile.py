@@ -57,8 +57,10 @@ def test_no_recompilation_across_batches(engines):
 
     compiled, _ = engines
     before = dict(counters["stats"])
-    for seed in (1, 2, 3):  # three batches of different content, the last one short (padded)
-        compiled.decode_batch(windows(seed, n=BATCH if seed < 3 else 1))
+    for seed in (1, 2, 3):  # three batches of different content and prompts, the last one short (padded)
+        n = BATCH if seed < 3 else 1
+        prompts = [list(range(100, 100 + 40 * seed * (row + 1))) for row in range(n)]
+        compiled.decode_batch(windows(seed, n=n), prompts=prompts)
     assert dict(counters["stats"]) == before
 
 
@@ -68,7 +70,9 @@ def test_compiled_logits_match_eager(engines):
     batch = windows(7)
     for engine in (compiled, eager):
         engine._loop(BATCH)
-        engine._prefill(engine.stack(batch), None)
+        prefix, pad = engine._prefix([[100, 200, 300], []], BATCH, fixed=False)  # one row prompted
+        temperature, seed = torch.tensor([0.0, 0.7]), torch.tensor([1, 2])  # one row samples
+        engine._prefill(engine.stack(batch), None, prefix, pad, temperature, seed)
         for _ in range(5):
             engine.step()
     torch.testing.assert_close(compiled.loop.logits, eager.loop.logits, rtol=1e-3, atol=1e-3)

@@ -14,6 +14,7 @@ from wtx.decode import (
     greedy_select,
     split_segments,
     suppress_tokens,
+    uniform_noise,
 )
 from wtx.model import ModelDimensions
 
@@ -100,10 +101,39 @@ def test_greedy_select_forces_end_of_text_after_finish(tokenizer):
     state.finished[0] = True
     logits = torch.zeros(2, TINY_EN.n_vocab)
     logits[:, tokenizer.timestamp_begin] = 10.0
-    tokens, new = greedy_select(rules, logits, torch.tensor(0), state)
+    tokens, new = greedy_select(rules, logits, torch.tensor(0), state, torch.zeros(len(logits)), torch.zeros(len(logits), dtype=torch.long))
     assert tokens.tolist() == [tokenizer.eot, tokenizer.timestamp_begin]
     assert new.max_ts.tolist() == [0, tokenizer.timestamp_begin]
     assert new.sum_logprobs[0] == 0  # finished rows stop accumulating
+
+
+def test_uniform_noise_depends_only_on_row_seed_step_and_token():
+    vocab = torch.arange(TINY_EN.n_vocab)
+    a = uniform_noise(torch.tensor([5, 9]), torch.tensor(3), vocab)
+    b = uniform_noise(torch.tensor([9]), torch.tensor(3), vocab)
+    assert torch.equal(a[1], b[0])  # the same in any batch
+    assert not torch.equal(a[0], a[1])
+    assert not torch.equal(a[1], uniform_noise(torch.tensor([9]), torch.tensor(4), vocab)[0])
+    assert (a > 0).all() and (a < 1).all()
+    assert abs(a.mean().item() - 0.5) < 0.01 and abs(a.var().item() - 1 / 12) < 0.005
+
+
+def test_sampling_at_a_temperature_follows_the_softmax(tokenizer):
+    rules = TimestampRules(tokenizer, TINY_EN.n_vocab, DecodingOptions())
+    rows = 6000
+    hello, world, there = (tokenizer.encode(w)[0] for w in (" hello", " world", " there"))
+    logits = torch.full((rows, TINY_EN.n_vocab), -1e4)
+    logits[:, [hello, world, there]] = torch.tensor([0.5, 0.3, 0.2]).log()
+    state = DecodeState.start(rows, "cpu")
+    state.last.fill_(hello)  # step 1 after a text token: text and later timestamps allowed
+    seeds = torch.arange(rows)
+    greedy, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.zeros(rows), seeds)
+    assert (greedy == hello).all()
+    sampled, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.ones(rows), seeds)
+    shares = [(sampled == t).float().mean().item() for t in (hello, world, there)]
+    assert shares == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
+    hot, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.full((rows,), 2.0), seeds)
+    assert (hot == hello).float().mean().item() < shares[0] - 0.05  # hotter is flatter
 
 
 def test_split_segments_pairs_and_offsets(tokenizer):

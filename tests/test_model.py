@@ -38,18 +38,43 @@ def test_cached_decoding_matches_full_forward(models):
     tokens = torch.randint(0, 50000, (3, 9))
     expected = stock.decoder(tokens, xa)
 
-    ours.setup_caches(3)
+    ours.setup_caches(3, DIMS.n_text_ctx)
     ours.decoder.set_audio_features(xa)
-    got = [ours.decoder(tokens[:, :4], torch.arange(4))]
+    pad = torch.zeros(3, dtype=torch.long)
+    got = [ours.decoder(tokens[:, :4], torch.arange(4), pad)]
     for pos in range(4, 9):
-        got.append(ours.decoder(tokens[:, pos : pos + 1], torch.tensor([pos])))
+        got.append(ours.decoder(tokens[:, pos : pos + 1], torch.tensor([pos]), pad))
     torch.testing.assert_close(torch.cat(got, dim=1), expected, rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_left_padded_rows_match_unpadded_decoding(models):
+    """Rows with prefixes of different lengths, left-padded into one batch, decode as if alone."""
+    stock, ours = models
+    mel = torch.randn(2, 80, 3000)
+    xa = stock.encoder(mel)
+    lengths = [7, 3]  # row 1 is left-padded by 4 slots
+    rows = [torch.randint(0, 50000, (1, n + 2)) for n in lengths]  # prefix, then two steps
+    expected = [stock.decoder(r, xa[i : i + 1])[:, -3:] for i, r in enumerate(rows)]
+
+    width = max(lengths)
+    pad = torch.tensor([width - n for n in lengths])
+    prefix = torch.stack([torch.cat([torch.zeros(p, dtype=torch.long), r[0, :n]]) for p, r, n in zip(pad.tolist(), rows, lengths)])
+    ours.setup_caches(2, width + 2)
+    ours.decoder.set_audio_features(xa)
+    got = [ours.decoder(prefix, torch.arange(width), pad)[:, -1:]]
+    for step in range(2):
+        token = torch.stack([r[0, n + step] for r, n in zip(rows, lengths)])[:, None]
+        got.append(ours.decoder(token, torch.tensor([width + step]), pad))
+    got = torch.cat(got, dim=1)
+    for i in range(2):
+        torch.testing.assert_close(got[i : i + 1], expected[i], rtol=1e-4, atol=1e-4)
 
 
 def test_caches_are_preallocated_once(models):
     _, ours = models
-    ours.setup_caches(5)
+    ours.setup_caches(5, 300)
     cache = ours.decoder.blocks[0].attn.kv_cache
-    assert cache.k.shape == (5, DIMS.n_text_head, DIMS.n_text_ctx, DIMS.n_text_state // DIMS.n_text_head)
-    ours.setup_caches(5)
+    assert cache.k.shape == (5, DIMS.n_text_head, 300, DIMS.n_text_state // DIMS.n_text_head)
+    ours.setup_caches(5, 300)
     assert ours.decoder.blocks[0].attn.kv_cache is cache

@@ -1,6 +1,7 @@
 """The engine agrees with stock openai-whisper `decode()` on the same 30 s windows (tiny.en, fp32, CPU)."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 import torch
@@ -24,7 +25,9 @@ FILES = {
 def engine_and_stock():
     torch.set_num_threads(2)
     checkpoint = load_checkpoint("tiny.en")
-    engine = Engine(EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8, seek_tails=False))
+    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8, seek_tails=False,
+                            condition_on_previous_text=False)  # fmt: skip
+    engine = Engine(options)
     return engine, load_stock_model(checkpoint)
 
 
@@ -44,3 +47,24 @@ def test_tokens_match_stock_decode(engine_and_stock, name):
     assert result.identical_share >= 0.95
     assert result.wer <= 0.01
     assert len(ours_text.split()) > 50 * len(windows)  # real speech was decoded, not silence
+
+
+def test_prompted_windows_match_stock_decode_with_prompt(engine_and_stock):
+    """Rows conditioned on previous text (prompts of different lengths, one empty, left-padded in one
+    batch) give stock decode(prompt=...)'s tokens, window by window."""
+    engine, stock = engine_and_stock
+    path = shared_file("tts/copperfield_ch01_slt.mp3")
+    windows = list(itertools.islice(fixed_windows(stream_samples(str(path))), 6))
+    unprompted = stock_decode(stock, windows, batch_size=8)
+    prompts = [[]] + [r.tokens for r in unprompted[:-1]]  # each window's predecessor, as transcribe() does
+    theirs = [stock_decode(stock, [w], batch_size=1, prompt=p or None)[0] for w, p in zip(windows, prompts)]
+    prompted = Engine(replace(engine.options, condition_on_previous_text=True), model=engine.model)
+    ours = prompted.decode_batch(windows, prompts=prompts)
+
+    ours_text = " ".join(engine.tokenizer.decode(r.tokens) for r in ours)
+    theirs_text = " ".join(r.text for r in theirs)
+    result = agreement([r.tokens for r in theirs], [r.tokens for r in ours], theirs_text, ours_text)
+    print(f"prompted: {result.identical}/{result.windows} windows identical, WER {result.wer:.2%}")
+    assert result.identical >= 5
+    assert result.wer <= 0.01
+    assert sum(a.tokens != b.tokens for a, b in zip(theirs, unprompted)) >= 1  # the prompts changed the output

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import SAMPLE, run_wtx
 from wtx.audio import ffmpeg_binary
+from wtx.journal import VERSION
 
 pytestmark = pytest.mark.slow
 
@@ -160,7 +161,7 @@ def test_interrupted_run_resumes_to_identical_outputs(how, long_input, uninterru
         assert b"run the same command again to resume" in stderr
     assert not (out_dir / "long.txt").exists()  # no partial outputs
     journal = (out_dir / ".long.wtx-journal").read_text().splitlines()
-    assert len(journal) >= 3 and json.loads(journal[0])["version"] == 1
+    assert len(journal) >= 3 and json.loads(journal[0])["version"] == VERSION
     again = run_wtx("transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2")
     assert again.returncode == 0, again.stderr.decode()[-2000:]
     assert b"resuming" in again.stderr

@@ -29,7 +29,8 @@ WARM_LOAD = """
 import json, sys, time
 started = time.perf_counter()
 from wtx.engine import Engine, EngineOptions
-e = Engine(EngineOptions(model={model!r}, device={device!r}, dtype={dtype!r}, batch_size={batch_size}, compile=True))
+e = Engine(EngineOptions(model={model!r}, device={device!r}, dtype={dtype!r}, batch_size={batch_size}, compile=True,
+                         condition_on_previous_text=False))
 print(json.dumps({{"source": e.compile_report.source, "compile_s": e.compile_report.seconds,
                   "process_ready_s": time.perf_counter() - started}}))
 """
@@ -114,7 +115,9 @@ def run_bench(
     batch_size = min(batch_size, len(windows))  # no pass pads beyond the windows there are
     torch_device = pick_device(device)
     dtype_name = dtype or ("fp16" if pick_dtype(None, torch_device) == torch.float16 else "fp32")
-    engine_options = dict(model=model, device=str(torch_device), dtype=dtype_name, batch_size=batch_size)
+    # every pass decodes each window on its own, as whisper.decode() does: no previous-text prompts
+    engine_options = dict(model=model, device=str(torch_device), dtype=dtype_name, batch_size=batch_size,
+                          condition_on_previous_text=False)  # fmt: skip
     eager = Engine(EngineOptions(**engine_options))
     tokenizer = eager.tokenizer
     options = f"greedy, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"

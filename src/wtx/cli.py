@@ -74,6 +74,7 @@ def transcribe(
     compile: Annotated[bool, typer.Option("--compile/--no-compile", envvar="WTX_COMPILE", help="torch.compile the encoder and decode step (Inductor; CUDA graphs on GPU). Compiled artifacts are cached on disk, so later runs start fast. Also WTX_COMPILE=1.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
     split: Annotated[str, typer.Option("--split", help="Where windows end: 'silence' (the quietest pause in a window's last seconds, so no word is cut; long silences skipped) or 'fixed' (every 30 s, as whisper.decode() on plain chunks).")] = "silence",
+    condition: Annotated[bool, typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text). Batch rows follow consecutive windows so they can; --no-condition decodes every window on its own.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
@@ -108,7 +109,7 @@ def transcribe(
         model=model, out=out, to_stdout=to_stdout, formats=tuple(formats), language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
-        skip_existing=skip_existing, resume=resume,
+        condition=condition, skip_existing=skip_existing, resume=resume,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 
@@ -118,6 +119,7 @@ def bench(
     files: Annotated[Optional[list[str]], typer.Argument(help="Audio files to cut into windows (default: the bundled sample).", show_default=False)] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Model name or .pt path, as for transcribe.")] = "tiny.en",
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows per batch for the batched passes.")] = 8,
+    condition: Annotated[bool, typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text). Batch rows follow consecutive windows so they can; --no-condition decodes every window on its own.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="Also time stock openai-whisper whisper.decode() (eager) at batch 1 and --batch-size: the baseline for speedups and agreement.")] = False,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Time the compiled engine (cold compile and warm-cache load reported apart).")] = True,
     windows: Annotated[Optional[int], typer.Option("--windows", "-n", min=1, help="Use only the first N windows (default: all).")] = None,

@@ -6,6 +6,7 @@ each step reads a few [B] state tensors and builds one [B, n_vocab] mask. Nothin
 branches on tensor values, so a step compiles into a single graph.
 """
 
+import zlib
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,8 @@ class DecodingOptions:
     sample_len: int = 224  # openai-whisper's default: n_text_ctx // 2
     suppress_blank: bool = True
     max_initial_timestamp: float = 1.0
+    compression_ratio_threshold: float = 2.4  # above it a window's text is repetitive: decode it again
+    fallback_temperatures: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0)  # openai-whisper's; () for none
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     suppress_eot: bool = False  # benchmarks only: every row decodes exactly sample_len tokens
@@ -123,10 +126,28 @@ class DecodeState:
         )
 
 
-def greedy_select(rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState):
-    """Applies the rules, picks the argmax token per row; returns (tokens [B], new state)."""
+HASH_MODULUS = 2**31 - 1  # a Park-Miller generator's prime: every product below stays exact in int64
+
+
+def uniform_noise(seed: Tensor, i: Tensor, vocab: Tensor) -> Tensor:
+    """Counter-based uniform noise in (0, 1), [B, V]: a pure function of (row seed, step, token).
+
+    A row's noise depends on nothing else in its batch, so a window samples the same tokens in
+    any batch and after a resume. Integer rounds of multiply-mod and xor-shift, no overflow."""
+    x = (seed[:, None] * 7919 + i * 104729 + vocab[None, :] * 1299709) % HASH_MODULUS
+    for _ in range(3):
+        x = (x * 48271 + 11) % HASH_MODULUS
+        x = x ^ (x >> 13)
+    x = (x * 48271 + 11) % HASH_MODULUS  # back below the modulus
+    return (x.double() + 0.5) / HASH_MODULUS
+
+
+def greedy_select(rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor):
+    """Applies the rules and picks a token per row: the argmax where temperature is 0, else a
+    sample from softmax(logits / temperature) by the Gumbel-max trick. Returns (tokens [B], new state)."""
     logits = rules(logits, i, state.last, state.penult, state.max_ts)
-    next_tokens = logits.argmax(dim=-1)
+    gumbel = -torch.log(-torch.log(uniform_noise(seed, i, rules.vocab))).float()
+    next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)
     logprobs = torch.log_softmax(logits, dim=-1)
     current = logprobs.gather(-1, next_tokens[:, None])[:, 0]
     sum_logprobs = state.sum_logprobs + torch.where(state.finished, 0.0, current)
@@ -191,20 +212,38 @@ def split_segments(tokens: list[int], tokenizer, offset: float, duration: float)
     return segments
 
 
+def _last_pair_end(tokens: list[int], tokenizer) -> int | None:
+    """Index just past the last closed timestamp pair when transcribe() would seek there."""
+    ts_begin = tokenizer.timestamp_begin
+    is_ts = [t >= ts_begin for t in tokens]
+    if is_ts[-2:] == [False, True]:  # single timestamp ending: the window was consumed
+        return None
+    pairs = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    return pairs[-1] if pairs else None
+
+
 def seek_point(tokens: list[int], tokenizer) -> float | None:
     """Where openai-whisper's transcribe() would continue inside this window, in seconds.
 
     When the sampled tokens end with a closed timestamp pair (or text after one) instead of a
     single final timestamp, transcribe() drops the text after the last pair and decodes again
     from the pair's time. None: the window was consumed entirely."""
-    ts_begin = tokenizer.timestamp_begin
-    is_ts = [t >= ts_begin for t in tokens]
-    if is_ts[-2:] == [False, True]:  # single timestamp ending
+    end = _last_pair_end(tokens, tokenizer)
+    if end is None:
         return None
-    pairs = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    if not pairs:
-        return None
-    return (tokens[pairs[-1] - 1] - ts_begin) * TIME_PRECISION
+    return (tokens[end - 1] - tokenizer.timestamp_begin) * TIME_PRECISION
+
+
+def consumed_tokens(tokens: list[int], tokenizer) -> list[int]:
+    """The tokens transcribe() keeps from a window (and conditions the next one on)."""
+    end = _last_pair_end(tokens, tokenizer)
+    return tokens if end is None else tokens[:end]
+
+
+def compression_ratio(text: str) -> float:
+    """openai-whisper's repetition measure: text bytes over their zlib-compressed size."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 class GreedyLoop(torch.nn.Module):
@@ -212,8 +251,10 @@ class GreedyLoop(torch.nn.Module):
 
     `forward()` takes no arguments and returns nothing: it picks the next token from the
     logits buffer under the rules, writes it into `sampled` at column `i`, runs the decoder
-    on it at `input_pos` and stores the new logits. Positions are tensors incremented in
-    place, so every step is the same graph: compiled once, or captured as a CUDA graph.
+    on it at cache slot `input_pos` and stores the new logits. Slots are tensors incremented
+    in place, so every step is the same graph: compiled once, or captured as a CUDA graph.
+    A row whose next position would pass the text context (a long prompt) is finished, as
+    openai-whisper stops at n_text_ctx tokens.
     """
 
     def __init__(self, decoder, rules: TimestampRules, batch_size: int, sample_len: int, device):
@@ -228,16 +269,25 @@ class GreedyLoop(torch.nn.Module):
         buffer("logits", batch_size, n_vocab, dtype=torch.float32)
         buffer("sampled", batch_size, sample_len)
         buffer("input_pos", 1)
+        buffer("pad", batch_size)  # per row: the slots before it are left padding
         buffer("i")
         buffer("max_ts", batch_size)
         buffer("finished", batch_size, dtype=torch.bool)
         buffer("sum_logprobs", batch_size, dtype=torch.float32)
+        buffer("temperature", batch_size, dtype=torch.float32)  # 0: greedy
+        buffer("seed", batch_size)  # per row, for sampling at a temperature
 
-    def reset(self, logits: Tensor, n_initial: int) -> None:
-        """Starts a batch from the prefill's last logits [B, V] (outside any graph)."""
+    def reset(self, logits: Tensor, n_initial: int, pad: Tensor, temperature: Tensor, seed: Tensor) -> None:
+        """Starts a batch from the prefill's last logits [B, V] (outside any graph).
+
+        n_initial: the prefix length in slots; pad [B]: each row's left padding; temperature,
+        seed [B]: each row's sampling temperature (0: greedy) and noise seed."""
         self.logits.copy_(logits)
         self.sampled.fill_(self.rules.eot)
         self.input_pos.fill_(n_initial)
+        self.pad.copy_(pad)
+        self.temperature.copy_(temperature)
+        self.seed.copy_(seed)
         for t in (self.i, self.max_ts, self.finished, self.sum_logprobs):
             t.zero_()
 
@@ -252,11 +302,12 @@ class GreedyLoop(torch.nn.Module):
         state = DecodeState(
             self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
         )
-        tokens, new = greedy_select(self.rules, self.logits, self.i, state)
+        tokens, new = greedy_select(self.rules, self.logits, self.i, state, self.temperature, self.seed)
         self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
         self.max_ts.copy_(new.max_ts)
-        self.finished.copy_(new.finished)
+        n_ctx = self.decoder.positional_embedding.shape[0]
+        self.finished.copy_(new.finished | (self.input_pos - self.pad >= n_ctx))
         self.sum_logprobs.copy_(new.sum_logprobs)
-        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos)[:, -1])
+        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos, self.pad)[:, -1])
         self.input_pos.add_(1)
         self.i.add_(1)

@@ -3,22 +3,31 @@
 It never prints. Work is reported by returning results window by window; callers time and
 display them. A decode loop syncs with the device only every `check_every` steps, to see
 whether every row has reached end-of-text.
+
+Like openai-whisper's transcribe(), each window is conditioned on the text before it (a
+<|startofprev|> prompt). Batch rows are streams of consecutive windows: row r decodes its
+windows one after another, each prompted with the text its previous one produced, while the
+other rows do the same for other stretches of the recording.
 """
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 import numpy as np
 import torch
 
-from wtx.audio import N_SAMPLES, SAMPLE_RATE, Window, pad_window
+from wtx.audio import CHUNK_LENGTH, N_SAMPLES, SAMPLE_RATE, Window, pad_window
 from wtx.decode import (
     DecodingOptions,
     GreedyLoop,
     Segment,
     TimestampRules,
+    compression_ratio,
+    consumed_tokens,
     get_tokenizer,
     seek_point,
     split_segments,
@@ -47,6 +56,8 @@ class EngineOptions:
     cuda_graph: bool = True  # on CUDA, replay the compiled decode steps as one CUDA graph
     step_backend: str = "inductor"  # "inductor", or "eager": CUDA-graph the eager kernels only
     seek_tails: bool = True  # re-decode audio a window left undecoded, as transcribe() seeks
+    condition_on_previous_text: bool = True  # prompt each window with its stream's previous text
+    stream_windows: int = 8  # at most this many consecutive windows per batch row
 
 
 class CompileError(RuntimeError):
@@ -60,6 +71,24 @@ class CompileReport:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Item:
+    """A window waiting in a stream: a recording's window, or a tail or retry of one."""
+
+    window: Window
+    entry: dict  # the parent window's result, complete when nothing of it is open
+    depth: int = 0  # tails of tails
+    temperature: float = 0.0
+
+
+@dataclass
+class _Stream:
+    """One batch row's consecutive windows still to decode, and the text to prompt them with."""
+
+    queue: deque  # of _Item
+    prompt: list[int] = field(default_factory=list)
+
+
 @dataclass
 class WindowResult:
     window: Window
@@ -68,6 +97,16 @@ class WindowResult:
     no_speech_prob: float
     avg_logprob: float
     segments: list[Segment]
+    temperature: float = 0.0
+    prompt: list[int] | None = None  # the stream's prompt after this window (and its tails)
+
+    def needs_fallback(self, options: DecodingOptions) -> bool:
+        """openai-whisper's test for decoding a window again at the next temperature."""
+        text = " ".join(s.text for s in self.segments)
+        repetitive = compression_ratio(text) > options.compression_ratio_threshold
+        unlikely = self.avg_logprob < options.logprob_threshold
+        silent = self.no_speech_prob > options.no_speech_threshold and unlikely
+        return (repetitive or unlikely) and not silent
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -119,7 +158,12 @@ class Engine:
         self.sample_len = min(decoding.sample_len, self.dims.n_text_ctx // 2)
         self.sot_sequence = torch.tensor(self.tokenizer.sot_sequence, device=self.device)
         self.sot_index = list(self.tokenizer.sot_sequence).index(self.tokenizer.sot)
-        self.positions = torch.arange(self.dims.n_text_ctx, device=self.device)
+        # a prompt is <|startofprev|> and up to n_text_ctx // 2 - 1 previous tokens, as in openai-whisper
+        self.max_prompt = self.dims.n_text_ctx // 2 - 1 if options.condition_on_previous_text else 0
+        n_sot = len(self.tokenizer.sot_sequence)
+        self.prefix_len = n_sot + (1 + self.max_prompt if self.max_prompt else 0)  # longest prefix
+        self.n_slots = self.prefix_len + self.sample_len
+        self.slots = torch.arange(self.n_slots, device=self.device)
         self.prefill_graph = None  # CUDA graph of _prefill for fixed-batch CUDA engines
         self.loop: GreedyLoop | None = None
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
@@ -151,35 +195,52 @@ class Engine:
 
     def _loop(self, batch_size: int) -> GreedyLoop:
         if self.loop is None or self.loop.sampled.shape[0] != batch_size:
-            self.model.setup_caches(batch_size)
+            self.model.setup_caches(batch_size, self.n_slots)
             self.loop = GreedyLoop(self.model.decoder, self.rules, batch_size, self.sample_len, self.device)
             self.step = self.loop
             self.steps_per_call = 1
         return self.loop
 
-    def _prefill(self, samples: torch.Tensor, language_tokens: torch.Tensor | None):
-        """Features, encoder, cross-attention K/V and the initial tokens, then resets the loop.
+    def _prefix(self, prompts: list[list[int]] | None, n_rows: int, fixed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's initial tokens per row, left-padded to one length: ([B, P], pad [B]).
 
-        samples: [B, N_SAMPLES] on the device. Pure tensor work (no host transfers), so it can
-        be captured as a CUDA graph. Returns (no_speech_probs [B], language_tokens [B] or None)."""
+        A row is [<|startofprev|>, *prompt, *sot_sequence], or the sot sequence alone without a
+        prompt. P is the longest row, or the engine's longest possible prefix when `fixed`."""
+        sot_sequence = list(self.tokenizer.sot_sequence)
+        rows = []
+        for i in range(n_rows):
+            prompt = prompts[i][-self.max_prompt :] if prompts and i < len(prompts) and self.max_prompt else []
+            rows.append(([self.tokenizer.sot_prev, *prompt] if prompt else []) + sot_sequence)
+        width = self.prefix_len if fixed else max(len(r) for r in rows)
+        pad = [width - len(r) for r in rows]
+        tokens = [[self.tokenizer.eot] * p + r for p, r in zip(pad, rows)]
+        return torch.tensor(tokens), torch.tensor(pad)
+
+    def _prefill(self, samples, language_tokens, prefix, pad, temperature, seed):
+        """Features, encoder, cross-attention K/V and the prefix tokens, then resets the loop.
+
+        samples: [B, N_SAMPLES], prefix: [B, P], pad, temperature and seed: [B], all on the
+        device. Pure tensor work (no host transfers), so it can be captured as a CUDA graph.
+        Returns (no_speech_probs [B], language_tokens [B] or None)."""
         decoder = self.model.decoder
-        n = samples.shape[0]
+        n, width = prefix.shape
         mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
         decoder.set_audio_features(self.encoder(mel))
         if self.dims.is_multilingual and language_tokens is None:
             sot = self.sot_sequence[:1].expand(n, 1)
-            first = decoder(sot, self.positions[:1])[:, 0]
+            first = decoder(sot, self.slots[:1], torch.zeros_like(pad))[:, 0]
             language_tokens = self._detect_language(first)  # the file's first window decides
-        initial = self.sot_sequence.expand(n, -1).clone()
+        sot_at = width - len(self.tokenizer.sot_sequence)  # the sot sequence ends every row
         if language_tokens is not None:
-            initial[:, 1] = language_tokens
-        n_initial = initial.shape[1]
-        logits = decoder(initial, self.positions[:n_initial])
+            prefix = torch.cat([prefix[:, : sot_at + 1], language_tokens[:, None], prefix[:, sot_at + 2 :]], dim=1)
+        hidden = decoder.hidden(prefix, self.slots[:width], pad)
+        sot = sot_at + self.sot_index
+        logits = decoder.logits(torch.cat([hidden[:, sot : sot + 1], hidden[:, -1:]], dim=1))
         if self.tokenizer.no_speech is not None:
-            no_speech = logits[:, self.sot_index].softmax(dim=-1)[:, self.tokenizer.no_speech]
+            no_speech = logits[:, 0].softmax(dim=-1)[:, self.tokenizer.no_speech]
         else:
             no_speech = torch.zeros(n, device=self.device)
-        self.loop.reset(logits[:, -1], n_initial)
+        self.loop.reset(logits[:, 1], width, pad, temperature, seed)
         return no_speech, language_tokens
 
     def _run_steps(self, loop: GreedyLoop) -> None:
@@ -193,9 +254,22 @@ class Engine:
                 break
 
     @torch.inference_mode()
-    def decode_batch(self, windows: list[Window], language: str | None = None) -> list[WindowResult]:
-        """Greedy timestamped decoding of up to batch_size windows at once."""
+    def decode_batch(
+        self,
+        windows: list[Window],
+        language: str | None = None,
+        prompts: list[list[int]] | None = None,
+        temperatures: list[float] | None = None,
+    ) -> list[WindowResult]:
+        """Timestamped decoding of up to batch_size windows at once.
+
+        prompts: per window, the previous text's tokens to condition on (may be empty);
+        temperatures: per window, 0 for greedy (the default) or a sampling temperature. The
+        sampling noise is seeded from the window's offset and temperature, so it does not
+        depend on the rest of the batch."""
         n = len(windows)
+        temperatures = list(temperatures or [])
+        temperatures += [0.0] * (n - len(temperatures))
         if self.fixed_batch is not None:
             if n > self.fixed_batch:
                 raise ValueError(f"batch of {n} windows exceeds the compiled batch size {self.fixed_batch}")
@@ -204,16 +278,28 @@ class Engine:
         loop = self._loop(len(windows))
         language_tokens = self._language_tokens(language or self.options.decoding.language, len(windows))
         needs_detection = self.dims.is_multilingual and language_tokens is None
-        if self.prefill_graph is not None and not needs_detection:
+        use_graph = self.prefill_graph is not None and not needs_detection
+        prefix, pad = self._prefix(prompts, len(windows), fixed=use_graph)
+        temperature = torch.tensor(temperatures + [0.0] * (len(windows) - n))
+        seed = torch.tensor([round(w.offset * 50) * 16 + round(t * 10) for w, t in zip(windows, temperature.tolist())])
+        if use_graph:
             self.static_samples.copy_(samples, non_blocking=True)
+            self.static_prefix.copy_(prefix)
+            self.static_pad.copy_(pad)
+            self.static_temperature.copy_(temperature)
+            self.static_seed.copy_(seed)
             if language_tokens is not None:
                 self.static_language.copy_(language_tokens)
             self.prefill_graph.replay()
             no_speech, language_tokens = self.static_prefill_out
         else:
-            no_speech, language_tokens = self._prefill(samples.to(self.device, non_blocking=True), language_tokens)
+            device = self.device
+            samples = samples.to(device, non_blocking=True)
+            no_speech, language_tokens = self._prefill(
+                samples, language_tokens, prefix.to(device), pad.to(device), temperature.to(device), seed.to(device)
+            )
         self._run_steps(loop)
-        return self._results(windows[:n], loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens)
+        return self._results(windows[:n], loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens, temperatures)
 
     # -- compilation ---------------------------------------------------------------------
 
@@ -274,10 +360,16 @@ class Engine:
         batch = self.fixed_batch
         self.static_samples = torch.zeros(batch, N_SAMPLES, device=self.device)
         self.static_language = torch.full((batch,), self.tokenizer.sot, device=self.device)
+        prefix, pad = self._prefix(None, batch, fixed=True)
+        self.static_prefix = prefix.to(self.device)
+        self.static_pad = pad.to(self.device)
+        self.static_temperature = torch.zeros(batch, device=self.device)
+        self.static_seed = torch.zeros(batch, dtype=torch.long, device=self.device)
         language = self.static_language if self.dims.is_multilingual else None
 
         def prefill():
-            return self._prefill(self.static_samples, language)
+            return self._prefill(self.static_samples, language, self.static_prefix, self.static_pad,
+                                 self.static_temperature, self.static_seed)  # fmt: skip
 
         def steps():
             for _ in range(chunk):
@@ -295,8 +387,9 @@ class Engine:
         self.encoder = self.model.encoder
         self.loop = None
         self.model.batch_size = 0
+        self.model.n_slots = 0
 
-    def _results(self, windows, sampled, sum_logprobs, no_speech_probs, language_tokens) -> list[WindowResult]:
+    def _results(self, windows, sampled, sum_logprobs, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
         eot = self.tokenizer.eot
         rows = sampled.cpu().tolist()
         sum_logprobs = sum_logprobs.cpu().tolist()
@@ -306,62 +399,115 @@ class Engine:
         else:
             languages = [self.tokenizer.decode([t]).strip("<|>") for t in language_tokens.tolist()]
         results = []
-        for w, row, lp, ns, lang in zip(windows, rows, sum_logprobs, no_speech, languages):
+        for w, row, lp, ns, lang, t in zip(windows, rows, sum_logprobs, no_speech, languages, temperatures):
             tokens = row[: row.index(eot)] if eot in row else row
             avg_logprob = lp / (len(tokens) + 1)
             opts = self.options.decoding
             silent = ns > opts.no_speech_threshold and avg_logprob < opts.logprob_threshold
             segments = [] if silent else split_segments(tokens, self.tokenizer, w.offset, w.duration)
-            results.append(WindowResult(w, tokens, lang, ns, avg_logprob, segments))
+            results.append(WindowResult(w, tokens, lang, ns, avg_logprob, segments, t))
         return results
 
     # -- a whole recording ---------------------------------------------------------------
 
-    def transcribe_windows(self, windows: Iterable[Window]) -> Iterator[WindowResult]:
+    def stream_length(self, duration: float | None) -> int:
+        """Windows per batch row: enough to spread a recording of `duration` over every row."""
+        if not self.options.condition_on_previous_text:
+            return 1
+        if duration is None:
+            return self.options.stream_windows
+        windows = math.ceil(duration / CHUNK_LENGTH)
+        return max(1, min(self.options.stream_windows, math.ceil(windows / self.options.batch_size)))
+
+    def transcribe_windows(
+        self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None
+    ) -> Iterator[WindowResult]:
         """Decodes a recording's windows in batches; yields one result per window, in order.
 
-        A background thread decodes audio ahead while the device works. When a window's tokens
-        stop before its end with a closed timestamp pair, openai-whisper's transcribe() would
-        seek there and decode again; here that tail becomes a window of its own, batched with
-        the next windows, and its segments join its parent's result (seek_tails)."""
+        Each batch row is a stream: it takes the windows of one chunk (`stream_length(duration)`
+        consecutive window indices) and decodes them in turn, prompting each with the text of the
+        one before (openai-whisper's condition_on_previous_text). When a window's tokens stop
+        before its end with a closed timestamp pair, transcribe() would seek there and decode
+        again; here that tail is the stream's next window (seek_tails), and its segments join its
+        parent's result. A window that fails openai-whisper's compression-ratio or log-probability
+        test is decoded again at the next fallback temperature. A background thread decodes audio
+        ahead while the device works.
+
+        prompts: a resumed run's finished windows, index -> the prompt after that window
+        (WindowResult.prompt), so a chunk picked up midway continues as it would have."""
         language = self.options.decoding.language
-        batch_size = self.options.batch_size
-        fresh = prefetch(windows, depth=2 * batch_size)
-        carry: list[tuple[Window, dict, int]] = []  # tails: (window, parent entry, depth)
+        span = self.stream_length(duration)
+        fresh = prefetch(windows, depth=2 * self.options.batch_size)
+        chunks = (list(chunk) for _, chunk in groupby(fresh, key=lambda w: w.index // span))
+        streams: list[_Stream | None] = [None] * self.options.batch_size
         entries: deque[dict] = deque()  # parents in window order, emitted once complete
-        exhausted = False
-        while carry or not exhausted:
-            batch = carry[:batch_size]
-            carry = carry[batch_size:]
-            while len(batch) < batch_size and not exhausted:
-                window = next(fresh, None)
-                if window is None:
-                    exhausted = True
-                else:
-                    entry = {"result": None, "open": 1}
-                    entries.append(entry)
-                    batch.append((window, entry, 0))
-            if not batch:
+        while True:
+            for r, stream in enumerate(streams):
+                if stream is None or not stream.queue:
+                    streams[r] = self._stream(next(chunks, []), entries, prompts or {})
+            active = [s for s in streams if s is not None]
+            if not active:
                 break
-            results = self.decode_batch([w for w, _, _ in batch], language)
+            batch = [s.queue.popleft() for s in active]
+            results = self.decode_batch(
+                [item.window for item in batch], language, [s.prompt for s in active], [item.temperature for item in batch]
+            )
             if language is None and self.dims.is_multilingual:
                 language = results[0].language  # detected once per file, on its first window
-            for (window, entry, depth), result in zip(batch, results):
-                tail = self._tail(result) if self.options.seek_tails and depth < MAX_TAIL_DEPTH else None
-                if tail is not None:
-                    tail_window, start = tail
-                    # the text after the last closed pair starts at the seek time: the tail decodes it
-                    # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
-                    result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
-                    carry.append((tail_window, entry, depth + 1))
-                    entry["open"] += 1
-                if entry["result"] is None:
-                    entry["result"] = result
-                else:
-                    entry["result"].segments.extend(result.segments)
-                entry["open"] -= 1
+            for stream, item, result in zip(active, batch, results):
+                self._advance(stream, item, result)
             while entries and entries[0]["open"] == 0:
                 yield entries.popleft()["result"]
+
+    def _stream(self, chunk: list[Window], entries: deque, prompts: dict[int, list[int]]) -> "_Stream | None":
+        if not chunk:
+            return None
+        first = chunk[0].index
+        stream = _Stream(deque(), list(prompts.get(first - 1, [])) if self.max_prompt else [])
+        for window in chunk:
+            entry = {"result": None, "open": 1}
+            entries.append(entry)
+            stream.queue.append(_Item(window, entry))
+        return stream
+
+    def _advance(self, stream: "_Stream", item: "_Item", result: WindowResult) -> None:
+        """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
+        entry = item.entry
+        fallback = self.options.decoding.fallback_temperatures
+        attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
+        if attempt < len(fallback) and result.needs_fallback(self.options.decoding):
+            stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
+            return
+        tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None
+        if tail is not None:
+            tail_window, start = tail
+            # the text after the last closed pair starts at the seek time: the tail decodes it
+            # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
+            result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
+            stream.queue.appendleft(_Item(tail_window, entry, item.depth + 1))
+            entry["open"] += 1
+        self._condition(stream, result)
+        if entry["result"] is None:
+            entry["result"] = result
+        else:
+            entry["result"].segments.extend(result.segments)
+        entry["open"] -= 1
+        if entry["open"] == 0:
+            entry["result"].prompt = list(stream.prompt)
+
+    def _condition(self, stream: "_Stream", result: WindowResult) -> None:
+        """Carries a window's text into its stream's prompt, as transcribe() does.
+
+        Silent windows add nothing. After repetitive text (openai-whisper's compression-ratio
+        test, failed at every temperature) or a window decoded above temperature 0.5, the
+        prompt starts over, so a bad window does not lead the next one astray."""
+        if not self.max_prompt or not result.segments:
+            return
+        text = " ".join(s.text for s in result.segments)
+        if result.temperature > 0.5 or compression_ratio(text) > self.options.decoding.compression_ratio_threshold:
+            stream.prompt = []
+            return
+        stream.prompt = (stream.prompt + consumed_tokens(result.tokens, self.tokenizer))[-self.max_prompt :]
 
     def _tail(self, result: WindowResult) -> tuple[Window, float] | None:
         """The audio after the seek point, as a window, with the seek time; None when none is left."""

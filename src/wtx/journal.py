@@ -9,12 +9,12 @@ import fcntl
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wtx.errors import WtxError
 
-VERSION = 1
+VERSION = 2  # 2: entries carry the prompt for the next window
 
 
 class JournalBusy(WtxError):
@@ -28,6 +28,7 @@ class Entry:
     duration: float
     language: str
     segments: list[tuple[float, float, str]]
+    prompt: list[int] = field(default_factory=list)  # the next window's previous-text tokens
 
 
 def source_identity(source: str, config: dict) -> dict:
@@ -65,7 +66,7 @@ class Journal:
                 header = record
                 continue
             entry = Entry(record["index"], record["offset"], record["duration"], record["language"],
-                          [tuple(s) for s in record["segments"]])  # fmt: skip
+                          [tuple(s) for s in record["segments"]], record.get("prompt", []))  # fmt: skip
             entries[entry.index] = entry
         if header != self.identity:  # another file, model or options: start over
             self._file.seek(0)
@@ -100,7 +101,7 @@ class Journal:
 
 def _record(entry: Entry) -> dict:
     return {"index": entry.index, "offset": entry.offset, "duration": entry.duration,
-            "language": entry.language, "segments": [list(s) for s in entry.segments]}  # fmt: skip
+            "language": entry.language, "segments": [list(s) for s in entry.segments], "prompt": entry.prompt}  # fmt: skip
 
 
 def _complete(lines: list[str]) -> bool:

@@ -1,10 +1,13 @@
 """The rewritten Whisper: openai-whisper's architecture and parameter names, static shapes.
 
 Differences from openai/whisper's model.py, all in service of torch.compile and CUDA graphs:
-- the decoder's self-attention keys/values live in a preallocated `KVCache` of length
-  `n_text_ctx`, written in place at a position tensor (no hooks, no torch.cat);
+- the decoder's self-attention keys/values live in a preallocated `KVCache` of cache slots,
+  written in place at a slot tensor (no hooks, no torch.cat);
+- rows are left-padded to one prefix length (a previous-text prompt differs per row): a [B]
+  `pad` tensor gives each row's first real slot, positions are slot minus pad, and the
+  attention mask (causal, padding hidden) is computed from the slot and pad tensors, so one
+  graph serves every step;
 - cross-attention keys/values are computed once per batch into preallocated buffers;
-- the causal mask is a buffer indexed by the position tensor, so one graph serves every step;
 - forward has no Python branching on tensor values.
 
 State dicts from openai-whisper checkpoints load unchanged.
@@ -69,7 +72,7 @@ def merge_heads(x: Tensor) -> Tensor:
 
 
 class KVCache(nn.Module):
-    """Self-attention keys and values for every decoder position, preallocated."""
+    """Self-attention keys and values for every decoder cache slot, preallocated."""
 
     def __init__(self, batch_size: int, n_head: int, max_len: int, head_dim: int, dtype, device):
         super().__init__()
@@ -78,7 +81,7 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        # input_pos: [T]; k, v: [B, H, T, Dh]
+        # input_pos: [T] cache slots; k, v: [B, H, T, Dh]
         self.k.index_copy_(2, input_pos, k)
         self.v.index_copy_(2, input_pos, v)
         return self.k, self.v
@@ -196,21 +199,33 @@ class TextDecoder(nn.Module):
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(DecoderBlock(n_state, n_head) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
-        causal = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril()
-        self.register_buffer("causal_mask", causal, persistent=False)
 
     def set_audio_features(self, xa: Tensor) -> None:
         for block in self.blocks:
             block.cross_attn.set_audio_features(xa)
 
-    def forward(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
-        # tokens: [B, T] at positions input_pos: [T] -> logits [B, T, n_vocab] in float32
-        x = self.token_embedding(tokens) + self.positional_embedding[input_pos]
-        mask = self.causal_mask[input_pos][None, None]  # [1, 1, T, n_ctx]
+    def hidden(self, tokens: Tensor, input_pos: Tensor, pad: Tensor) -> Tensor:
+        """tokens [B, T] at cache slots input_pos [T]; row b's real tokens start at slot pad[b].
+
+        Returns the final hidden states [B, T, D]. Padding slots are hidden from every query
+        but their own (an all-masked row would turn into NaN)."""
+        n_ctx = self.positional_embedding.shape[0]
+        positions = (input_pos[None, :] - pad[:, None]).clamp(0, n_ctx - 1)  # [B, T]
+        x = self.token_embedding(tokens) + self.positional_embedding[positions]
+        n_slots = self.blocks[0].attn.kv_cache.k.shape[2]
+        key = torch.arange(n_slots, device=tokens.device)[None, None, None, :]
+        query = input_pos[None, None, :, None]
+        mask = (key <= query) & ((key >= pad[:, None, None, None]) | (key == query))  # [B, 1, T, S]
         for block in self.blocks:
             x = block(x, input_pos, mask)
-        x = self.ln(x)
+        return self.ln(x)
+
+    def logits(self, x: Tensor) -> Tensor:
+        # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
         return (x @ self.token_embedding.weight.T).float()
+
+    def forward(self, tokens: Tensor, input_pos: Tensor, pad: Tensor) -> Tensor:
+        return self.logits(self.hidden(tokens, input_pos, pad))
 
 
 class Whisper(nn.Module):
@@ -224,6 +239,7 @@ class Whisper(nn.Module):
             dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer
         )
         self.batch_size = 0
+        self.n_slots = 0
 
     @property
     def device(self) -> torch.device:
@@ -233,20 +249,23 @@ class Whisper(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.decoder.token_embedding.weight.dtype
 
-    def setup_caches(self, batch_size: int) -> None:
-        """Preallocate self- and cross-attention caches for `batch_size` rows (outside any graph)."""
-        if batch_size == self.batch_size:
+    def setup_caches(self, batch_size: int, n_slots: int) -> None:
+        """Preallocate self- and cross-attention caches for `batch_size` rows (outside any graph).
+
+        n_slots: self-attention cache length, the longest prefix plus the tokens sampled after it."""
+        if (batch_size, n_slots) == (self.batch_size, self.n_slots):
             return
         d = self.dims
         head_dim = d.n_text_state // d.n_text_head
         for block in self.decoder.blocks:
             block.attn.kv_cache = KVCache(
-                batch_size, d.n_text_head, d.n_text_ctx, head_dim, self.dtype, self.device
+                batch_size, d.n_text_head, n_slots, head_dim, self.dtype, self.device
             )
             block.cross_attn.cross_kv = CrossKV(
                 batch_size, d.n_text_head, d.n_audio_ctx, head_dim, self.dtype, self.device
             )
         self.batch_size = batch_size
+        self.n_slots = n_slots
 
 
 def load_model(checkpoint: dict, device: str | torch.device = "cpu", dtype=torch.float32) -> Whisper:
@@ -258,6 +277,4 @@ def load_model(checkpoint: dict, device: str | torch.device = "cpu", dtype=torch
     if "encoder.positional_embedding" not in state:  # some exports omit the fixed sinusoids
         state["encoder.positional_embedding"] = sinusoids(dims.n_audio_ctx, dims.n_audio_state)
     model.load_state_dict(state, assign=True, strict=True)
-    causal = torch.ones(dims.n_text_ctx, dims.n_text_ctx, dtype=torch.bool, device=device).tril()
-    model.decoder.causal_mask = causal
     return model.eval().requires_grad_(False)

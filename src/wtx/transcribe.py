@@ -40,6 +40,7 @@ class Job:
     strict: bool = False
     compare_eager: bool = False
     split: str = "silence"
+    condition: bool = True  # prompt each window with the previous window's text
     skip_existing: bool = False
     resume: bool = True
 
@@ -101,7 +102,7 @@ def run_transcribe(inputs: list[str], problems: list[str], job: Job) -> int:
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, batch_size=batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language), compile=job.compile,
-        strict=job.strict,
+        strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
     started = time.perf_counter()
     try:
@@ -126,7 +127,7 @@ def run_transcribe(inputs: list[str], problems: list[str], job: Job) -> int:
         from wtx.weights import load_checkpoint
 
         stock = load_stock_model(load_checkpoint(job.model), engine.device)
-    config = {"model": job.model, "split": job.split, "task": job.task, "language": job.language,
+    config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": batch_size, "task": job.task, "language": job.language,
               "dtype": str(engine.dtype), "device": engine.device.type}  # fmt: skip
 
     known = [d for d in durations.values() if d is not None]
@@ -158,7 +159,7 @@ def run_transcribe(inputs: list[str], problems: list[str], job: Job) -> int:
                         baseline_rtfx = audio / seconds if seconds > 0 else None
                         work_started += seconds  # the summary times wtx alone
                     progress.start_file(Path(name).name, durations[source], baseline_rtfx)
-                    transcript = _transcribe_one(engine, source, progress, job, journal)
+                    transcript = _transcribe_one(engine, source, durations.get(source), progress, job, journal)
                     progress.finish_file()
                     if paths:
                         written = write_outputs(transcript, paths)
@@ -220,16 +221,19 @@ class counted:
             yield block
 
 
-def _transcribe_one(engine, source: str, progress: TranscribeProgress, job: Job, journal: Journal | None) -> Transcript:
+def _transcribe_one(
+    engine, source: str, duration: float | None, progress: TranscribeProgress, job: Job, journal: Journal | None
+) -> Transcript:
     done = dict(journal.entries) if journal else {}
     language = next(iter(done.values())).language if done else (job.language or "en")
     blocks = counted(stream_samples(source))
     windows = (w for w in make_windows(blocks, job.split) if w.index not in done)
     position = 0.0
-    for result in engine.transcribe_windows(windows):
+    prompts = {index: entry.prompt for index, entry in done.items()}
+    for result in engine.transcribe_windows(windows, duration, prompts):
         w = result.window
         entry = Entry(w.index, w.offset, w.duration, result.language,
-                      [(s.start, s.end, s.text) for s in result.segments])  # fmt: skip
+                      [(s.start, s.end, s.text) for s in result.segments], result.prompt or [])  # fmt: skip
         if journal:
             journal.append(entry)
         done[w.index] = entry
