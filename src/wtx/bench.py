@@ -8,6 +8,7 @@ raises BenchMismatch.
 
 import hashlib
 import statistics
+import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -121,6 +122,9 @@ def run_pass(
                 on_window(min(batch_size, len(windows) - start))
         return out
 
+    gc.collect()  # every pass starts from the same state, whatever passes ran before it
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     decode(windows[:batch_size])  # warm-up: excluded from the timings
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

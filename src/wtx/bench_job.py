@@ -138,26 +138,37 @@ def run_bench(
     plans.append((f"wtx eager b{batch_size}", "wtx-eager", batch_size, engine_decode(eager)))
 
     compile_info = None
+    # no refresh thread: it would compete for the GIL with the launch-bound eager passes it times
     progress = Progress(TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("windows"), TimeElapsedColumn(), console=stderr, disable=quiet)  # fmt: skip
+                        TextColumn("windows"), TimeElapsedColumn(), console=stderr, disable=quiet,
+                        auto_refresh=False)  # fmt: skip
+    refreshed = [0.0]
+
+    def advance(task, n: int) -> None:
+        progress.advance(task, n)
+        if time.perf_counter() - refreshed[0] >= 0.5:  # redraw between batches, twice a second at most
+            progress.refresh()
+            refreshed[0] = time.perf_counter()
+
     results = []
     with progress:
         for name, kind, bs, decode in plans:
             task = progress.add_task(name, total=len(windows) * repeat)
             results.append(run_pass(name, kind, bs, windows, options, decode, to_text, repeat, torch_device,
-                                    on_window=lambda n, t=task: progress.advance(t, n)))  # fmt: skip
+                                    on_window=lambda n, t=task: advance(t, n)))  # fmt: skip
         if compile:
             task = progress.add_task(f"compiling b{batch_size}", total=None)
+            progress.refresh()
             compiled = Engine(EngineOptions(**engine_options, compile=True))
             report = compiled.compile_report
-            progress.update(task, total=1, completed=1)
+            progress.update(task, total=1, completed=1, refresh=True)
             compile_info = {"first": {"source": report.source, "seconds": report.seconds, "warnings": report.warnings}}
             if report.source != "eager":
                 compile_info["warm_load"] = _warm_load(model, torch_device, dtype_name, batch_size)
                 name = f"wtx compiled b{batch_size}"
                 task = progress.add_task(name, total=len(windows) * repeat)
                 result = run_pass(name, "wtx-compiled", batch_size, windows, options, engine_decode(compiled),
-                                  to_text, repeat, torch_device, on_window=lambda n: progress.advance(task, n))  # fmt: skip
+                                  to_text, repeat, torch_device, on_window=lambda n: advance(task, n))  # fmt: skip
                 result.compile = compile_info
                 results.append(result)
 

@@ -79,6 +79,7 @@ class _Item:
     entry: dict  # the parent window's result, complete when nothing of it is open
     depth: int = 0  # tails of tails
     temperature: float = 0.0
+    prompted: bool = True  # False: decoded without its stream's prompt (a retry)
 
 
 @dataclass
@@ -100,13 +101,16 @@ class WindowResult:
     temperature: float = 0.0
     prompt: list[int] | None = None  # the stream's prompt after this window (and its tails)
 
+    def is_silent(self, options: DecodingOptions) -> bool:
+        """openai-whisper's no-speech rule: likely silence and no likely text."""
+        return self.no_speech_prob > options.no_speech_threshold and self.avg_logprob < options.logprob_threshold
+
     def needs_fallback(self, options: DecodingOptions) -> bool:
         """openai-whisper's test for decoding a window again at the next temperature."""
         text = " ".join(s.text for s in self.segments)
         repetitive = compression_ratio(text) > options.compression_ratio_threshold
         unlikely = self.avg_logprob < options.logprob_threshold
-        silent = self.no_speech_prob > options.no_speech_threshold and unlikely
-        return (repetitive or unlikely) and not silent
+        return (repetitive or unlikely) and not self.is_silent(options)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -403,9 +407,10 @@ class Engine:
             tokens = row[: row.index(eot)] if eot in row else row
             avg_logprob = lp / (len(tokens) + 1)
             opts = self.options.decoding
-            silent = ns > opts.no_speech_threshold and avg_logprob < opts.logprob_threshold
-            segments = [] if silent else split_segments(tokens, self.tokenizer, w.offset, w.duration)
-            results.append(WindowResult(w, tokens, lang, ns, avg_logprob, segments, t))
+            result = WindowResult(w, tokens, lang, ns, avg_logprob, [], t)
+            if not result.is_silent(opts):
+                result.segments = split_segments(tokens, self.tokenizer, w.offset, w.duration)
+            results.append(result)
         return results
 
     # -- a whole recording ---------------------------------------------------------------
@@ -449,9 +454,8 @@ class Engine:
             if not active:
                 break
             batch = [s.queue.popleft() for s in active]
-            results = self.decode_batch(
-                [item.window for item in batch], language, [s.prompt for s in active], [item.temperature for item in batch]
-            )
+            texts = [s.prompt if item.prompted else [] for s, item in zip(active, batch)]
+            results = self.decode_batch([item.window for item in batch], language, texts, [item.temperature for item in batch])
             if language is None and self.dims.is_multilingual:
                 language = results[0].language  # detected once per file, on its first window
             for stream, item, result in zip(active, batch, results):
@@ -473,9 +477,15 @@ class Engine:
     def _advance(self, stream: "_Stream", item: "_Item", result: WindowResult) -> None:
         """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
         entry = item.entry
-        fallback = self.options.decoding.fallback_temperatures
+        options = self.options.decoding
+        if item.prompted and stream.prompt and (result.is_silent(options) or result.needs_fallback(options)):
+            # a prompt can talk the model out of a window's speech (no text, or no likely text):
+            # decode it again on its own before anything else
+            stream.queue.appendleft(replace(item, prompted=False))
+            return
+        fallback = options.fallback_temperatures
         attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
-        if attempt < len(fallback) and result.needs_fallback(self.options.decoding):
+        if attempt < len(fallback) and result.needs_fallback(options):
             stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
             return
         tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None

@@ -1,0 +1,138 @@
+"""Batch rows as streams: previous-text prompts, fallbacks and resume, with a scripted decoder.
+
+`decode_batch` is replaced by a script that returns chosen tokens per window, so these tests
+check the scheduling in `Engine.transcribe_windows` alone, quickly and exactly.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from wtx.audio import N_SAMPLES, Window
+from wtx.decode import split_segments
+from wtx.engine import Engine, EngineOptions, WindowResult
+from wtx.model import ModelDimensions, Whisper
+
+TINY = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return Whisper(TINY).eval()
+
+
+def windows(n: int, start: int = 0) -> list[Window]:
+    silence = np.zeros(N_SAMPLES, dtype=np.float32)
+    return [Window(i, 30.0 * i, 30.0, silence) for i in range(start, start + n)]
+
+
+class Script:
+    """Stands in for Engine.decode_batch; records every call.
+
+    Each window decodes to "<|0.00|> w{index} <|ts|>"; `bad` lists (index, prompted) pairs
+    whose decode comes out unlikely (avg log-prob -2), `silent` the same with no-speech 0.9.
+    """
+
+    def __init__(self, engine, bad=(), silent=()):
+        self.engine, self.bad, self.silent = engine, set(bad), set(silent)
+        self.calls = []  # (index, prompt, temperature)
+
+    def __call__(self, batch, language=None, prompts=None, temperatures=None):
+        tokenizer = self.engine.tokenizer
+        ts = tokenizer.timestamp_begin
+        results = []
+        for w, prompt, t in zip(batch, prompts, temperatures):
+            self.calls.append((w.index, list(prompt), t))
+            key = (w.index, bool(prompt))
+            tokens = [ts, *tokenizer.encode(f" w{w.index}"), ts + 1400]  # single final timestamp: consumed
+            logprob = -2.0 if key in self.bad | self.silent else -0.1
+            no_speech = 0.9 if key in self.silent else 0.1
+            result = WindowResult(w, tokens, "en", no_speech, logprob, [], t)
+            if not result.is_silent(self.engine.options.decoding):
+                result.segments = split_segments(tokens, tokenizer, w.offset, w.duration)
+            results.append(result)
+        return results
+
+
+def engine_with(model, script_args=(), **options) -> tuple[Engine, Script]:
+    options = {"batch_size": 2, **options}
+    engine = Engine(EngineOptions(model="random-tiny", device="cpu", **options), model=model)
+    script = Script(engine, *script_args)
+    engine.decode_batch = script
+    return engine, script
+
+
+def text_tokens(engine, index: int) -> list[int]:
+    ts = engine.tokenizer.timestamp_begin
+    return [ts, *engine.tokenizer.encode(f" w{index}"), ts + 1400]
+
+
+def test_rows_follow_consecutive_windows_with_previous_text(model):
+    engine, script = engine_with(model)
+    results = list(engine.transcribe_windows(windows(6), duration=180.0))  # 6 windows, 2 rows: 3 each
+    assert [r.window.index for r in results] == list(range(6))  # in order
+    prompts = {index: prompt for index, prompt, _ in script.calls}
+    assert prompts[0] == [] and prompts[3] == []  # each row starts fresh
+    assert prompts[1] == text_tokens(engine, 0)
+    assert prompts[2] == text_tokens(engine, 0) + text_tokens(engine, 1)
+    assert prompts[5] == text_tokens(engine, 3) + text_tokens(engine, 4)
+    assert [index for index, _, _ in script.calls[:2]] == [0, 3]  # one window of each row per batch
+    assert results[2].prompt == prompts[2] + text_tokens(engine, 2)  # what a resume would need
+
+
+def test_rows_take_new_chunks_as_they_finish(model):
+    engine, script = engine_with(model)
+    journaled = {4: [7, 8]}
+    results = list(engine.transcribe_windows(windows(6, start=5), duration=None, prompts=journaled))
+    assert [r.window.index for r in results] == list(range(5, 11))
+    # chunks of 8 (no duration): windows 5-7 continue chunk 0 from the journal, 8-10 start chunk 1
+    prompts = {index: prompt for index, prompt, _ in script.calls}
+    assert prompts[5] == [7, 8] and prompts[8] == []
+    assert prompts[10] == text_tokens(engine, 8) + text_tokens(engine, 9)
+
+    engine, script = engine_with(model)
+    results = list(engine.transcribe_windows(windows(7), duration=60.0))  # chunks of one window, 2 rows
+    assert [r.window.index for r in results] == list(range(7))
+    assert all(prompt == [] for _, prompt, _ in script.calls)
+
+
+def test_without_conditioning_every_window_is_alone(model):
+    engine, script = engine_with(model, condition_on_previous_text=False)
+    list(engine.transcribe_windows(windows(6), duration=180.0))
+    assert all(prompt == [] for _, prompt, _ in script.calls)
+    assert [index for index, _, _ in script.calls[:2]] == [0, 1]
+
+
+def test_a_resumed_chunk_continues_from_the_journaled_prompt(model):
+    engine, script = engine_with(model)
+    journaled = {1: [11, 12, 13]}  # the prompt after window 1, read back from a journal
+    results = list(engine.transcribe_windows(windows(4, start=2), duration=180.0, prompts=journaled))
+    assert [r.window.index for r in results] == [2, 3, 4, 5]
+    prompts = {index: prompt for index, prompt, _ in script.calls}
+    assert prompts[2] == [11, 12, 13]  # window 2 is mid-chunk (0-2): it continues
+    assert prompts[3] == []  # window 3 starts a chunk
+
+
+def test_unlikely_windows_fall_back_to_higher_temperatures(model):
+    engine, script = engine_with(model, [[(1, True), (1, False)]])
+    list(engine.transcribe_windows(windows(3), duration=90.0))
+    tries = [(prompt != [], t) for index, prompt, t in script.calls if index == 1]
+    # first without the prompt at temperature 0, then openai-whisper's temperature ladder
+    assert tries == [(True, 0.0), (False, 0.0), (False, 0.2), (False, 0.4), (False, 0.6), (False, 0.8), (False, 1.0)]
+
+
+def test_a_prompt_that_silences_speech_is_dropped_for_that_window(model):
+    engine, script = engine_with(model, [(), [(1, True)]])
+    results = list(engine.transcribe_windows(windows(3), duration=90.0))  # rows: windows 0-1 and 2
+    tries = [(prompt != [], t) for index, prompt, t in script.calls if index == 1]
+    assert tries == [(True, 0.0), (False, 0.0)]
+    assert results[1].segments and results[1].segments[0].text == "w1"
+
+
+def test_stream_length_spreads_a_recording_over_the_rows(model):
+    engine, _ = engine_with(model, batch_size=8)
+    assert engine.stream_length(26 * 60) == 7  # 53 windows over 8 rows
+    assert engine.stream_length(60) == 1
+    assert engine.stream_length(None) == engine.options.stream_windows
+    assert engine.stream_length(10 * 3600) == engine.options.stream_windows
