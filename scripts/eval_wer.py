@@ -8,7 +8,7 @@
 Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16):
   silence    wtx --split silence (windows end at the quietest pause)
   fixed      wtx --split fixed (plain 30 s windows)
-  plain      wtx on fixed 30 s windows without seek tails: the same windows and work as `decode`
+  plain      wtx's decode_batch on fixed 30 s windows, each alone: the same work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows
   transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature fallback)
 Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them); the
@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,11 +90,17 @@ def run_config(config, engine, stock, audio_path):
     from wtx.reference import stock_decode
     from wtx.split import make_windows
 
-    if config in ("silence", "fixed", "plain"):
+    if config == "plain":  # the engine's decode_batch: each window alone, as whisper.decode()
+        windows = list(fixed_windows(stream_samples(str(audio_path))))
+        segments = []
+        size = engine.options.batch_size
+        for start in range(0, len(windows), size):
+            for r in engine.decode_batch(windows[start : start + size]):
+                segments += [(s.start, s.end, s.text) for s in r.segments]
+        return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
+    if config in ("silence", "fixed"):
         segments, boundaries = [], []
-        split = "fixed" if config == "plain" else config
-        engine.options = replace(engine.options, seek_tails=config != "plain")
-        windows = make_windows(stream_samples(str(audio_path)), split)
+        windows = make_windows(stream_samples(str(audio_path)), config)
         for r in engine.transcribe_windows(windows, probe_duration(str(audio_path))):
             segments += [(s.start, s.end, s.text) for s in r.segments]
             boundaries.append(r.window.offset + r.window.duration)

@@ -50,6 +50,16 @@ def _triton_version() -> str:
         return "none"
 
 
+def _code_digest() -> str:
+    """The source of every module whose code ends up in the compiled graphs."""
+    from wtx import decode, engine, features, model
+
+    digest = hashlib.sha256()
+    for module in (decode, engine, features, model):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def bundle_key(dims, device, dtype, batch_size: int, mode: str) -> str:
     import torch
 
@@ -63,6 +73,7 @@ def bundle_key(dims, device, dtype, batch_size: int, mode: str) -> str:
         "dtype": str(dtype),
         "batch_size": batch_size,
         "mode": mode,
+        "code": _code_digest(),
     }
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     return f"{device.type}-b{batch_size}-{str(dtype).removeprefix('torch.')}-{digest}"

@@ -320,7 +320,7 @@ class Engine:
         warnings: list[str] = []
         compile_cache.configure()
         key = compile_cache.bundle_key(self.dims, self.device, self.dtype, options.batch_size,
-                                       f"{options.step_backend}-graph{int(options.cuda_graph)}")
+                                       f"{options.step_backend}-graph{int(options.cuda_graph)}-prefix{self.prefix_len}")
         loaded = False
         try:
             loaded = compile_cache.load_bundle(key)
@@ -478,9 +478,8 @@ class Engine:
         """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
         entry = item.entry
         options = self.options.decoding
-        if item.prompted and stream.prompt and (result.is_silent(options) or result.needs_fallback(options)):
-            # a prompt can talk the model out of a window's speech (no text, or no likely text):
-            # decode it again on its own before anything else
+        if item.prompted and stream.prompt and result.is_silent(options):
+            # a prompt can talk the model out of a window's speech: decode it again on its own
             stream.queue.appendleft(replace(item, prompted=False))
             return
         fallback = options.fallback_temperatures
