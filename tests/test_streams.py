@@ -106,12 +106,16 @@ def test_without_conditioning_every_window_is_alone(model):
 
 def test_a_resumed_chunk_continues_from_the_journaled_prompt(model):
     engine, script = engine_with(model)
-    journaled = {1: [11, 12, 13]}  # the prompt after window 1, read back from a journal
+    journaled = {1: [11, 12, 13], 2: [21], 0: [1]}  # prompts after windows 0 to 2, from a journal
     results = list(engine.transcribe_windows(windows(4, start=2), duration=180.0, prompts=journaled))
     assert [r.window.index for r in results] == [2, 3, 4, 5]
     prompts = {index: prompt for index, prompt, _ in script.calls}
     assert prompts[2] == [11, 12, 13]  # window 2 is mid-chunk (0-2): it continues
-    assert prompts[3] == []  # window 3 starts a chunk
+    assert prompts[3] == []  # window 3 starts a chunk, though window 2's prompt is known
+
+    engine, script = engine_with(model)
+    list(engine.transcribe_windows(windows(3, start=3), duration=180.0, prompts=journaled))
+    assert script.calls[0][:2] == (3, [])  # resumed at a chunk start: a fresh stream
 
 
 def test_unlikely_windows_fall_back_to_higher_temperatures(model):

@@ -449,7 +449,7 @@ class Engine:
         while True:
             for r, stream in enumerate(streams):
                 if stream is None or not stream.queue:
-                    streams[r] = self._stream(next(chunks, []), entries, prompts or {})
+                    streams[r] = self._stream(next(chunks, []), span, entries, prompts or {})
             active = [s for s in streams if s is not None]
             if not active:
                 break
@@ -463,11 +463,13 @@ class Engine:
             while entries and entries[0]["open"] == 0:
                 yield entries.popleft()["result"]
 
-    def _stream(self, chunk: list[Window], entries: deque, prompts: dict[int, list[int]]) -> "_Stream | None":
+    def _stream(self, chunk: list[Window], span: int, entries: deque, prompts: dict[int, list[int]]) -> "_Stream | None":
+        """A row's stream over one chunk; a chunk a resumed run picks up midway keeps its prompt."""
         if not chunk:
             return None
         first = chunk[0].index
-        stream = _Stream(deque(), list(prompts.get(first - 1, [])) if self.max_prompt else [])
+        midway = first % span != 0 and self.max_prompt
+        stream = _Stream(deque(), list(prompts.get(first - 1, [])) if midway else [])
         for window in chunk:
             entry = {"result": None, "open": 1}
             entries.append(entry)
