@@ -7,6 +7,7 @@
 
 Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16):
   silence    wtx --split silence (windows end at the quietest pause)
+  unprompted wtx --split silence --no-condition (every window decoded without previous text)
   fixed      wtx --split fixed (plain 30 s windows)
   plain      wtx's decode_batch on fixed 30 s windows, each alone: the same work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows
@@ -22,6 +23,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,7 +35,7 @@ LONG_FILES = [
     ("tts/alice_ch01_espeak.mp3", "texts/carroll_alice_ch01.txt"),
     ("tts/copperfield_ch01_slt.mp3", "texts/dickens_copperfield_ch01.txt"),
 ]
-CONFIGS = ("silence", "fixed", "plain", "decode", "transcribe")
+CONFIGS = ("silence", "unprompted", "fixed", "plain", "decode", "transcribe")
 DEFAULT_CONFIGS = ("silence", "fixed", "decode", "transcribe")
 BOUNDARY_S = 1.0
 
@@ -85,6 +87,7 @@ def score(reference: str, segments, boundaries):
 def run_config(config, engine, stock, audio_path):
     import torch
 
+    from wtx.engine import Engine
     from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
     from wtx.decode import split_segments
     from wtx.reference import stock_decode
@@ -98,9 +101,11 @@ def run_config(config, engine, stock, audio_path):
             for r in engine.decode_batch(windows[start : start + size]):
                 segments += [(s.start, s.end, s.text) for s in r.segments]
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
-    if config in ("silence", "fixed"):
+    if config in ("silence", "unprompted", "fixed"):
         segments, boundaries = [], []
-        windows = make_windows(stream_samples(str(audio_path)), config)
+        windows = make_windows(stream_samples(str(audio_path)), "fixed" if config == "fixed" else "silence")
+        if config == "unprompted":
+            engine = Engine(replace(engine.options, condition_on_previous_text=False), model=engine.model)
         for r in engine.transcribe_windows(windows, probe_duration(str(audio_path))):
             segments += [(s.start, s.end, s.text) for s in r.segments]
             boundaries.append(r.window.offset + r.window.duration)
