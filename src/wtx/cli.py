@@ -119,7 +119,6 @@ def bench(
     files: Annotated[Optional[list[str]], typer.Argument(help="Audio files to cut into windows (default: the bundled sample).", show_default=False)] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Model name or .pt path, as for transcribe.")] = "tiny.en",
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows per batch for the batched passes.")] = 8,
-    condition: Annotated[bool, typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text). Batch rows follow consecutive windows so they can; --no-condition decodes every window on its own.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="Also time stock openai-whisper whisper.decode() (eager) at batch 1 and --batch-size: the baseline for speedups and agreement.")] = False,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Time the compiled engine (cold compile and warm-cache load reported apart).")] = True,
     windows: Annotated[Optional[int], typer.Option("--windows", "-n", min=1, help="Use only the first N windows (default: all).")] = None,
