@@ -153,7 +153,7 @@ def same_outputs(a: Path, b: Path) -> None:
 def test_interrupted_run_resumes_to_identical_outputs(how, long_input, uninterrupted, tmp_path):
     out_dir = tmp_path / "out"
     proc = start(long_input, out_dir)
-    wait_for_journal(out_dir, entries=2, proc=proc)
+    wait_for_journal(out_dir, entries=1, proc=proc)  # header and one window: most of the work is left
     proc.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     if how == "ctrl-c":
@@ -161,7 +161,7 @@ def test_interrupted_run_resumes_to_identical_outputs(how, long_input, uninterru
         assert b"run the same command again to resume" in stderr
     assert not (out_dir / "long.txt").exists()  # no partial outputs
     journal = (out_dir / ".long.wtx-journal").read_text().splitlines()
-    assert len(journal) >= 3 and json.loads(journal[0])["version"] == VERSION
+    assert len(journal) >= 2 and json.loads(journal[0])["version"] == VERSION
     again = run_wtx("transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2")
     assert again.returncode == 0, again.stderr.decode()[-2000:]
     assert b"resuming" in again.stderr
