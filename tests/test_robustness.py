@@ -126,10 +126,16 @@ def uninterrupted(long_input, tmp_path_factory) -> Path:
     return out_dir
 
 
+def _default_sigint() -> None:
+    # a test run started in the background by a non-interactive shell ignores SIGINT, and a child
+    # inherits that: give wtx the disposition a terminal gives it, so Ctrl-C raises KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(long_input: Path, out_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "wtx", "transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), preexec_fn=_default_sigint,
     )  # fmt: skip
 
 
