@@ -142,12 +142,20 @@ def uniform_noise(seed: Tensor, i: Tensor, vocab: Tensor) -> Tensor:
     return (x.double() + 0.5) / HASH_MODULUS
 
 
-def greedy_select(rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor):
+def greedy_select(
+    rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor,
+    sample: bool = True,
+):
     """Applies the rules and picks a token per row: the argmax where temperature is 0, else a
-    sample from softmax(logits / temperature) by the Gumbel-max trick. Returns (tokens [B], new state)."""
+    sample from softmax(logits / temperature) by the Gumbel-max trick. Returns (tokens [B], new state).
+
+    sample=False skips the noise (every row greedy): the same tokens, without its cost."""
     logits = rules(logits, i, state.last, state.penult, state.max_ts)
-    gumbel = -torch.log(-torch.log(uniform_noise(seed, i, rules.vocab))).float()
-    next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)
+    if sample:
+        gumbel = -torch.log(-torch.log(uniform_noise(seed, i, rules.vocab))).float()
+        next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)
+    else:
+        next_tokens = logits.argmax(dim=-1)
     logprobs = torch.log_softmax(logits, dim=-1)
     current = logprobs.gather(-1, next_tokens[:, None])[:, 0]
     sum_logprobs = state.sum_logprobs + torch.where(state.finished, 0.0, current)
@@ -254,7 +262,9 @@ class GreedyLoop(torch.nn.Module):
     on it at cache slot `input_pos` and stores the new logits. Slots are tensors incremented
     in place, so every step is the same graph: compiled once, or captured as a CUDA graph.
     A row whose next position would pass the text context (a long prompt) is finished, as
-    openai-whisper stops at n_text_ctx tokens.
+    openai-whisper stops at n_text_ctx tokens. A `static` loop (compiled or captured) always
+    computes the sampling noise, so one graph serves greedy and sampled batches; an eager loop
+    skips it when no row samples.
     """
 
     def __init__(self, decoder, rules: TimestampRules, batch_size: int, sample_len: int, device):
@@ -276,6 +286,8 @@ class GreedyLoop(torch.nn.Module):
         buffer("sum_logprobs", batch_size, dtype=torch.float32)
         buffer("temperature", batch_size, dtype=torch.float32)  # 0: greedy
         buffer("seed", batch_size)  # per row, for sampling at a temperature
+        self.static = False
+        self.sample = True
 
     def reset(self, logits: Tensor, n_initial: int, pad: Tensor, temperature: Tensor, seed: Tensor) -> None:
         """Starts a batch from the prefill's last logits [B, V] (outside any graph).
@@ -288,6 +300,7 @@ class GreedyLoop(torch.nn.Module):
         self.pad.copy_(pad)
         self.temperature.copy_(temperature)
         self.seed.copy_(seed)
+        self.sample = self.static or bool((temperature > 0).any())
         for t in (self.i, self.max_ts, self.finished, self.sum_logprobs):
             t.zero_()
 
@@ -302,7 +315,7 @@ class GreedyLoop(torch.nn.Module):
         state = DecodeState(
             self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
         )
-        tokens, new = greedy_select(self.rules, self.logits, self.i, state, self.temperature, self.seed)
+        tokens, new = greedy_select(self.rules, self.logits, self.i, state, self.temperature, self.seed, self.sample)
         self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
         self.max_ts.copy_(new.max_ts)
         n_ctx = self.decoder.positional_embedding.shape[0]

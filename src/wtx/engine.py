@@ -344,6 +344,7 @@ class Engine:
     def _build_compiled(self, batch_size: int) -> None:
         self.fixed_batch = batch_size
         loop = self._loop(batch_size)
+        loop.static = True  # one graph for greedy and sampled batches
         if self.options.step_backend == "inductor":
             self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
             compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
