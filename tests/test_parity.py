@@ -31,6 +31,15 @@ def engine_and_stock():
     return engine, load_stock_model(checkpoint)
 
 
+def compare(engine, theirs, ours, label):
+    """Token and text agreement of the engine's results with stock DecodingResults: (Agreement, our text)."""
+    ours_text = " ".join(engine.tokenizer.decode(r.tokens) for r in ours)
+    theirs_text = " ".join(r.text for r in theirs)
+    result = agreement([r.tokens for r in theirs], [r.tokens for r in ours], theirs_text, ours_text)
+    print(f"{label}: {result.identical}/{result.windows} windows identical, WER {result.wer:.2%}")
+    return result, ours_text
+
+
 @pytest.mark.parametrize("name", FILES)
 def test_tokens_match_stock_decode(engine_and_stock, name):
     relative, n_windows = FILES[name]
@@ -40,10 +49,7 @@ def test_tokens_match_stock_decode(engine_and_stock, name):
     ours = list(engine.transcribe_windows(windows))
     theirs = stock_decode(stock, windows, batch_size=8)
 
-    ours_text = " ".join(engine.tokenizer.decode(r.tokens) for r in ours)
-    theirs_text = " ".join(r.text for r in theirs)
-    result = agreement([r.tokens for r in theirs], [r.tokens for r in ours], theirs_text, ours_text)
-    print(f"{name}: {result.identical}/{result.windows} windows identical, WER {result.wer:.2%}")
+    result, ours_text = compare(engine, theirs, ours, name)
     assert result.identical_share >= 0.95
     assert result.wer <= 0.01
     assert len(ours_text.split()) > 50 * len(windows)  # real speech was decoded, not silence
@@ -61,10 +67,7 @@ def test_prompted_windows_match_stock_decode_with_prompt(engine_and_stock):
     prompted = Engine(replace(engine.options, condition_on_previous_text=True), model=engine.model)
     ours = prompted.decode_batch(windows, prompts=prompts)
 
-    ours_text = " ".join(engine.tokenizer.decode(r.tokens) for r in ours)
-    theirs_text = " ".join(r.text for r in theirs)
-    result = agreement([r.tokens for r in theirs], [r.tokens for r in ours], theirs_text, ours_text)
-    print(f"prompted: {result.identical}/{result.windows} windows identical, WER {result.wer:.2%}")
+    result, _ = compare(engine, theirs, ours, "prompted")
     assert result.identical >= 5
     assert result.wer <= 0.01
     assert sum(a.tokens != b.tokens for a, b in zip(theirs, unprompted)) >= 1  # the prompts changed the output
