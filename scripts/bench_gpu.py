@@ -13,6 +13,7 @@ steady state; every pass repeats --repeat times and the median is quoted. Works 
 """
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -82,21 +83,23 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
     stock = None  # the stock passes are done: free its memory before the engine passes
     torch.cuda.empty_cache() if device.type == "cuda" else None
 
-    model = load_model(checkpoint, device, {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name])
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
     variants = [("wtx eager", dict(compile=False))]
     for backend in args.backends:
         variants.append((f"wtx compiled[{backend}]", dict(compile=True, step_backend=backend)))
     for bs in args.batch_sizes:
         for name, extra in variants:
-            engine = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
+            enginimported = time.perf_counter() - t0
+e = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
                                           decoding=decoding, condition_on_previous_text=False, **extra),
-                            model=model)  # fmt: skip
+                            model=load_model(checkpoint, device, dtype))  # fmt: skip  # its own, as in `wtx bench`
             report = engine.compile_report
             decode = lambda ws, e=engine: [r.tokens for r in e.decode_batch(list(ws))]  # noqa: E731
             result = run_pass(f"{name} b{bs}", name, bs, windows, options, decode, to_text, args.repeat, device)
             add(result, reference[bs], compile=report.source if report else None,
                 compile_s=report.seconds if report else None)  # fmt: skip
             del engine
+            gc.collect()
 
 
 def warm_start(args, cache_dir, model_arg, batch_size, dtype_name, device):
@@ -108,12 +111,14 @@ sys.path.insert(0, {str(ROOT / 'src')!r})
 import numpy as np, torch
 from wtx.engine import Engine, EngineOptions
 from wtx.audio import fixed_windows, stream_samples
+imported = time.perf_counter() - t0
 e = Engine(EngineOptions(model={model_arg!r}, device={str(device)!r}, dtype={dtype_name!r}, batch_size={batch_size}, compile=True, strict=True, condition_on_previous_text=False))
+ready = time.perf_counter() - t0
 w = next(fixed_windows(stream_samples({str(args.audio)!r})))
 r = e.decode_batch([w])
 torch.cuda.synchronize() if torch.cuda.is_available() else None
 import torch._dynamo.utils as du
-print(json.dumps({{"first_window_s": time.perf_counter() - t0, "compile": e.compile_report.source,
+print(json.dumps({{"first_window_s": time.perf_counter() - t0, "imports_s": imported, "engine_ready_s": ready, "compile": e.compile_report.source,
   "compile_s": e.compile_report.seconds, "fxgraph_cache_hit": du.counters["inductor"]["fxgraph_cache_hit"],
   "fxgraph_cache_miss": du.counters["inductor"]["fxgraph_cache_miss"], "text": e.tokenizer.decode(r[0].tokens)[:80]}}))
 """

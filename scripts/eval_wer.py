@@ -5,7 +5,7 @@
     python scripts/eval_wer.py --models tiny.en,base --markdown docs/accuracy.md --json out.json
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
-Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16):
+Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
   silence    wtx --split silence (windows end at the quietest pause)
   unprompted wtx --split silence --no-condition (every window decoded without previous text)
   fixed      wtx --split fixed (plain 30 s windows)
@@ -157,6 +157,7 @@ def main() -> int:
     parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
+    parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -178,7 +179,7 @@ def main() -> int:
         return 1
     rows = []
     for model in args.models.split(","):
-        dtype = "fp16" if args.device.startswith("cuda") else "fp32"
+        dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
         engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=8))
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
@@ -186,7 +187,7 @@ def main() -> int:
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, engine, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
-                row = {"model": label, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
+                row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
                        **score(reference.read_text(), segments, boundaries)}  # fmt: skip
                 rows.append(row)
                 b = "" if row["boundary_errors"] is None else f", boundary errors {row['boundary_errors']}"

@@ -15,6 +15,8 @@ from torch import Tensor
 from wtx.audio import CHUNK_LENGTH
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
+MIN_CHARS_PER_SECOND = 5.0  # a segment's text slower than this skipped speech (speech runs 12-20)
+MIN_STRETCHED_SECONDS = 4.0  # shorter segments are never taken for skips
 
 
 @dataclass(frozen=True)
@@ -198,16 +200,14 @@ def split_segments(tokens: list[int], tokenizer, offset: float, duration: float)
         return Segment(round(start, 3), round(end, 3), text, tuple(text_tokens))
 
     segments: list[Segment] = []
-    is_ts = [t >= ts_begin for t in tokens]
-    cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-    last_cut = 0
-    for cut in cuts:
-        piece = tokens[last_cut:cut]
+    rest_start = 0
+    for start, end in _closed_pieces(tokens, ts_begin):
+        piece = tokens[start:end]
         seg = make(piece, (piece[0] - ts_begin) * TIME_PRECISION, (piece[-1] - ts_begin) * TIME_PRECISION)
         if seg:
             segments.append(seg)
-        last_cut = cut
-    rest = tokens[last_cut:]
+        rest_start = end
+    rest = tokens[rest_start:]
     if any(t < tokenizer.eot for t in rest):
         stamps = [t for t in rest if t >= ts_begin]
         start = (stamps[0] - ts_begin) * TIME_PRECISION if rest[0] >= ts_begin else 0.0
@@ -218,6 +218,30 @@ def split_segments(tokens: list[int], tokenizer, offset: float, duration: float)
         if seg:
             segments.append(seg)
     return segments
+
+
+def _closed_pieces(tokens: list[int], ts_begin: int) -> list[tuple[int, int]]:
+    """(start, end) token indices of the pieces closed by a timestamp pair, in order."""
+    is_ts = [t >= ts_begin for t in tokens]
+    cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    return list(zip([0, *cuts], cuts))
+
+
+def stretches_timestamps(tokens: list[int], tokenizer) -> bool:
+    """True when a closed segment's timestamps stretch far beyond its text.
+
+    Whisper sometimes skips a sentence and stretches a neighbouring segment's timestamps across
+    it: 45 characters over 17 s, where speech runs at 12 to 20 characters a second. Such a
+    window is decoded again at the next fallback temperature, like a repetitive one."""
+    ts_begin = tokenizer.timestamp_begin
+    for start, end in _closed_pieces(tokens, ts_begin):
+        seconds = (tokens[end - 1] - tokens[start]) * TIME_PRECISION
+        if seconds < MIN_STRETCHED_SECONDS:
+            continue
+        text = tokenizer.decode([t for t in tokens[start:end] if t < tokenizer.eot]).strip()
+        if len(text) < MIN_CHARS_PER_SECOND * seconds:
+            return True
+    return False
 
 
 def _last_pair_end(tokens: list[int], tokenizer) -> int | None:
@@ -262,9 +286,10 @@ class GreedyLoop(torch.nn.Module):
     on it at cache slot `input_pos` and stores the new logits. Slots are tensors incremented
     in place, so every step is the same graph: compiled once, or captured as a CUDA graph.
     A row whose next position would pass the text context (a long prompt) is finished, as
-    openai-whisper stops at n_text_ctx tokens. A `static` loop (compiled or captured) always
-    computes the sampling noise, so one graph serves greedy and sampled batches; an eager loop
-    skips it when no row samples.
+    openai-whisper stops at n_text_ctx tokens. `sample` is set by the caller before the steps of
+    a batch, from the host's own list of temperatures: False (every row greedy) skips the sampling
+    noise, whose integer hash over the vocabulary costs as much as a fifth of a step. A compiled
+    loop holds one graph for each value.
     """
 
     def __init__(self, decoder, rules: TimestampRules, batch_size: int, sample_len: int, device):
@@ -286,8 +311,7 @@ class GreedyLoop(torch.nn.Module):
         buffer("sum_logprobs", batch_size, dtype=torch.float32)
         buffer("temperature", batch_size, dtype=torch.float32)  # 0: greedy
         buffer("seed", batch_size)  # per row, for sampling at a temperature
-        self.static = False
-        self.sample = True
+        self.sample = False
 
     def reset(self, logits: Tensor, n_initial: int, pad: Tensor, temperature: Tensor, seed: Tensor) -> None:
         """Starts a batch from the prefill's last logits [B, V] (outside any graph).
@@ -300,7 +324,6 @@ class GreedyLoop(torch.nn.Module):
         self.pad.copy_(pad)
         self.temperature.copy_(temperature)
         self.seed.copy_(seed)
-        self.sample = self.static or bool((temperature > 0).any())
         for t in (self.i, self.max_ts, self.finished, self.sum_logprobs):
             t.zero_()
 

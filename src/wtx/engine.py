@@ -31,6 +31,7 @@ from wtx.decode import (
     get_tokenizer,
     seek_point,
     split_segments,
+    stretches_timestamps,
 )
 from wtx.features import log_mel_spectrogram
 from wtx.prefetch import prefetch
@@ -105,12 +106,14 @@ class WindowResult:
         """openai-whisper's no-speech rule: likely silence and no likely text."""
         return self.no_speech_prob > options.no_speech_threshold and self.avg_logprob < options.logprob_threshold
 
-    def needs_fallback(self, options: DecodingOptions) -> bool:
-        """openai-whisper's test for decoding a window again at the next temperature."""
+    def needs_fallback(self, options: DecodingOptions, tokenizer) -> bool:
+        """openai-whisper's test for decoding a window again at the next temperature, plus
+        timestamps stretched over skipped speech."""
         text = " ".join(s.text for s in self.segments)
         repetitive = compression_ratio(text) > options.compression_ratio_threshold
         unlikely = self.avg_logprob < options.logprob_threshold
-        return (repetitive or unlikely) and not self.is_silent(options)
+        skipped = stretches_timestamps(self.tokens, tokenizer)
+        return (repetitive or unlikely or skipped) and not self.is_silent(options)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -285,6 +288,7 @@ class Engine:
         use_graph = self.prefill_graph is not None and not needs_detection
         prefix, pad = self._prefix(prompts, len(windows), fixed=use_graph)
         temperature = torch.tensor(temperatures + [0.0] * (len(windows) - n))
+        loop.sample = any(t > 0 for t in temperatures)  # greedy batches skip the sampling noise
         seed = torch.tensor([round(w.offset * 50) * 16 + round(t * 10) for w, t in zip(windows, temperature.tolist())])
         if use_graph:
             self.static_samples.copy_(samples, non_blocking=True)
@@ -344,7 +348,6 @@ class Engine:
     def _build_compiled(self, batch_size: int) -> None:
         self.fixed_batch = batch_size
         loop = self._loop(batch_size)
-        loop.static = True  # one graph for greedy and sampled batches
         if self.options.step_backend == "inductor":
             self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
             compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
@@ -354,10 +357,15 @@ class Engine:
             raise ValueError(f"unknown step backend {self.options.step_backend!r}")
         self.step = compiled_step
         self.steps_per_call = 1
-        self.decode_batch([silent_window()])  # compiles (or loads) both graphs
+        self._warm_up()  # compiles (or loads) the encoder and both step graphs
         if self.device.type == "cuda" and self.options.cuda_graph:
             self._capture_cuda_graph(compiled_step)
-            self.decode_batch([silent_window()])  # one replay before real work
+            self._warm_up()  # one replay of each graph before real work
+
+    def _warm_up(self) -> None:
+        """Decodes silence greedily and by sampling: the step's two variants (see GreedyLoop)."""
+        self.decode_batch([silent_window()])
+        self.decode_batch([silent_window()], temperatures=[1.0])
 
     def _capture_cuda_graph(self, step) -> None:
         """Captures the prefill, and `check_every` consecutive decode steps, as CUDA graphs."""
@@ -380,10 +388,13 @@ class Engine:
             for _ in range(chunk):
                 step()
 
+        loop = self.loop
+        graphs = {}
         with torch.inference_mode():
             self.prefill_graph, self.static_prefill_out = capture(prefill, self.device)
-            self.step, _ = capture(steps, self.device)
-        self.step = self.step.replay
+            for loop.sample in (False, True):
+                graphs[loop.sample], _ = capture(steps, self.device)
+        self.step = lambda: graphs[loop.sample].replay()
         self.steps_per_call = chunk
 
     def _reset_eager(self) -> None:
@@ -487,7 +498,7 @@ class Engine:
             return
         fallback = options.fallback_temperatures
         attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
-        if attempt < len(fallback) and result.needs_fallback(options):
+        if attempt < len(fallback) and result.needs_fallback(options, self.tokenizer):
             stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
             return
         tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Compiled engine against eager engine on whole recordings: do they write the same text?
+
+    python scripts/agreement.py --model tiny.en --files book.mp3 lecture.flac --json out.json
+    python scripts/agreement.py --device cuda --model /tmp/base.pt -b 32 --files ...
+
+Each file is cut into the default silence-aware windows once; both engines transcribe those
+windows as `wtx transcribe` does (previous-text prompts, temperature fallback, seek tails), with
+the same options, device, dtype and batch size. Reported per file: windows whose text is
+identical, and the WER between the two full texts (whisper's EnglishTextNormalizer).
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+LONG_FILES = ["audio/lj001_0001-0032_concat.flac", "audio/long_mix_en.mp3", "tts/declaration_kal.mp3",
+              "tts/alice_ch01_espeak.mp3", "tts/copperfield_ch01_slt.mp3"]  # fmt: skip
+
+
+def transcribe(engine, windows, duration):
+    """Per window index, the window's text; and the seconds it took."""
+    started = time.perf_counter()
+    texts = {r.window.index: " ".join(s.text for s in r.segments) for r in engine.transcribe_windows(iter(windows), duration)}
+    return texts, time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--files", nargs="*", type=Path, help="audio files (default: the long files in ../shared)")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    parser.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU)")
+    parser.add_argument("-b", "--batch-size", type=int, default=32)
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--emulate-precision-casts", action="store_true",
+                        help="Inductor rounds fused intermediates to the model dtype, as eager does")
+    parser.add_argument("--eager-fixed-batch", action="store_true",
+                        help="diagnostic: pad the eager engine's batches to -b rows, as the compiled one does")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    import jiwer
+    import torch
+
+    from wtx.audio import probe_duration, stream_samples
+    from wtx.engine import Engine, EngineOptions
+    from wtx.metrics import normalize
+    from wtx.split import make_windows
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.emulate_precision_casts:
+        import torch._inductor.config
+
+        torch._inductor.config.emulate_precision_casts = True
+    files = args.files or [SHARED / f for f in LONG_FILES]
+    files = [f for f in files if f.is_file()]
+    if not files:
+        print("no audio files found", file=sys.stderr)
+        return 1
+    options = dict(model=args.model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    eager = Engine(EngineOptions(**options))
+    compiled = Engine(EngineOptions(**options, compile=True, strict=True))
+    if args.eager_fixed_batch:
+        eager.fixed_batch = args.batch_size  # same GEMM shapes on both sides
+    report = {"model": args.model, "device": str(eager.device), "dtype": str(eager.dtype).removeprefix("torch."),
+              "batch_size": args.batch_size, "torch": torch.__version__,
+              "emulate_precision_casts": args.emulate_precision_casts, "eager_fixed_batch": args.eager_fixed_batch,
+              "compile": {"source": compiled.compile_report.source, "seconds": compiled.compile_report.seconds},
+              "files": []}  # fmt: skip
+    for path in files:
+        windows = list(make_windows(stream_samples(str(path)), "silence"))
+        duration = probe_duration(str(path))
+        reference, eager_s = transcribe(eager, windows, duration)
+        candidate, compiled_s = transcribe(compiled, windows, duration)
+        same = sum(reference.get(i) == candidate.get(i) for i in reference)
+        wer = jiwer.wer(normalize(" ".join(reference.values())) or "-", normalize(" ".join(candidate.values())) or "-")
+        row = {"file": path.name, "windows": len(reference), "identical_windows": same,
+               "identical_share": same / max(1, len(reference)), "wer_between": wer,
+               "eager_s": eager_s, "compiled_s": compiled_s}  # fmt: skip
+        report["files"].append(row)
+        print(f"{path.name:32} identical {same}/{len(reference)} ({row['identical_share']:.1%}), "
+              f"WER between {wer:.2%}; eager {eager_s:.1f} s, compiled {compiled_s:.1f} s", flush=True)  # fmt: skip
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+    total = sum(r["windows"] for r in report["files"])
+    same = sum(r["identical_windows"] for r in report["files"])
+    print(f"all files: identical {same}/{total} ({same / max(1, total):.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
