@@ -88,11 +88,10 @@ def bench_model(args, device, dtype_name, checkpoint, windows, label, decoding, 
     for backend in args.backends:
         variants.append((f"wtx compiled[{backend}]", dict(compile=True, step_backend=backend)))
     for bs in args.batch_sizes:
-        for name, extra in variants:
-            enginimported = time.perf_counter() - t0
-e = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
+        for name, extra in variants:  # each engine on a model of its own, as in `wtx bench`
+            engine = Engine(EngineOptions(model=label, device=str(device), dtype=dtype_name, batch_size=bs,
                                           decoding=decoding, condition_on_previous_text=False, **extra),
-                            model=load_model(checkpoint, device, dtype))  # fmt: skip  # its own, as in `wtx bench`
+                            model=load_model(checkpoint, device, dtype))  # fmt: skip
             report = engine.compile_report
             decode = lambda ws, e=engine: [r.tokens for r in e.decode_batch(list(ws))]  # noqa: E731
             result = run_pass(f"{name} b{bs}", name, bs, windows, options, decode, to_text, args.repeat, device)
