@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import ROOT, shared_file
 from wtx.audio import N_SAMPLES, SAMPLE_RATE
-from wtx.decode import get_tokenizer, seek_point
+from wtx.decode import get_tokenizer, seek_point, stretches_timestamps
 from wtx.split import silence_windows
 from wtx.writers import MAX_CUE, MAX_LINE, MAX_LINES, MIN_CUE, TimedText, Transcript, subtitle_cues
 from tests.test_decode import TINY_EN
@@ -70,6 +70,21 @@ def test_seek_point_follows_transcribe():
     assert seek_point([ts, *text, ts + 100, ts + 100], tok) == pytest.approx(2.0)
     assert seek_point([ts, *text, ts + 100, ts + 100, *text], tok) == pytest.approx(2.0)
     assert seek_point([*text], tok) is None
+
+
+def test_stretched_timestamps_mark_skipped_speech():
+    tok = get_tokenizer(TINY_EN, "en", "transcribe")
+    ts = tok.timestamp_begin
+    sentence = tok.encode(" To the voice of justice and of consanguinity.")  # 45 characters
+    end = tok.encode(" The end.")
+    # 0-3 s: a normal pace (15 characters a second); then the same text over 3 s, or over 17 s
+    normal = [ts, *sentence, ts + 150, ts + 150]
+    assert not stretches_timestamps(normal + [*sentence, ts + 300, ts + 300, *end, ts + 350], tok)
+    assert stretches_timestamps(normal + [*sentence, ts + 1000, ts + 1000, *end, ts + 1050], tok)
+    assert stretches_timestamps([ts, *sentence, ts + 860, ts + 860, *end, ts + 900], tok)  # first segment too
+    # short segments are never judged, nor the final one (a single timestamp ends it)
+    assert not stretches_timestamps([ts, *tok.encode(" Yes."), ts + 150, ts + 150, *end, ts + 200], tok)
+    assert not stretches_timestamps(normal + [*sentence, ts + 1000], tok)
 
 
 def test_subtitle_rules_hold_on_generated_segments():

@@ -232,7 +232,9 @@ def stretches_timestamps(tokens: list[int], tokenizer) -> bool:
 
     Whisper sometimes skips a sentence and stretches a neighbouring segment's timestamps across
     it: 45 characters over 17 s, where speech runs at 12 to 20 characters a second. Such a
-    window is decoded again at the next fallback temperature, like a repetitive one."""
+    window is decoded again at the next fallback temperature, like a repetitive one. The final
+    segment (ended by a single timestamp) is not judged: it may run on over a window's trailing
+    pause."""
     ts_begin = tokenizer.timestamp_begin
     for start, end in _closed_pieces(tokens, ts_begin):
         seconds = (tokens[end - 1] - tokens[start]) * TIME_PRECISION
