@@ -60,7 +60,8 @@ def test_no_recompilation_across_batches(engines):
     for seed in (1, 2, 3):  # three batches of different content and prompts, the last one short (padded)
         n = BATCH if seed < 3 else 1
         prompts = [list(range(100, 100 + 40 * seed * (row + 1))) for row in range(n)]
-        compiled.decode_batch(windows(seed, n=n), prompts=prompts)
+        temperatures = [0.0, 0.6][:n] if seed == 2 else None  # a sampling row: the step's other variant
+        compiled.decode_batch(windows(seed, n=n), prompts=prompts, temperatures=temperatures)
     assert dict(counters["stats"]) == before
 
 
@@ -73,6 +74,7 @@ def test_compiled_logits_match_eager(engines):
         prefix, pad = engine._prefix([[100, 200, 300], []], BATCH, fixed=False)  # one row prompted
         temperature, seed = torch.tensor([0.0, 0.7]), torch.tensor([1, 2])  # one row samples
         engine._prefill(engine.stack(batch), None, prefix, pad, temperature, seed)
+        engine.loop.sample = True
         for _ in range(5):
             engine.step()
     torch.testing.assert_close(compiled.loop.logits, eager.loop.logits, rtol=1e-3, atol=1e-3)
