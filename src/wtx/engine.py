@@ -392,8 +392,9 @@ class Engine:
         graphs = {}
         with torch.inference_mode():
             self.prefill_graph, self.static_prefill_out = capture(prefill, self.device)
-            for loop.sample in (False, True):
-                graphs[loop.sample], _ = capture(steps, self.device)
+            for sample in (False, True):  # the step's greedy and sampling variants
+                loop.sample = sample
+                graphs[sample], _ = capture(steps, self.device)
         self.step = lambda: graphs[loop.sample].replay()
         self.steps_per_call = chunk
 
