@@ -16,7 +16,8 @@ Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns the
 normalizer drops text in parentheses, which the narrators read aloud, so parentheses in the
 reference are removed first and their words kept. Boundary
 errors: alignment errors whose hypothesis time lies within 1 s of a window boundary (windowed
-configurations only; word times are interpolated inside segments).
+configurations only; word times are interpolated inside segments); beside them, how many of the
+file's errors would fall there by chance if they were spread evenly over its duration.
 """
 
 import argparse
@@ -80,8 +81,23 @@ def score(reference: str, segments, boundaries):
             for p in positions:
                 if any(abs(times[p] - b) <= BOUNDARY_S for b in boundaries):
                     boundary_errors += count
+    expected = None
+    if boundaries is not None:
+        duration = max(end for _, end, _ in segments)
+        expected = errors * near_seconds(boundaries, duration) / duration if duration > 0 else 0.0
     return {"wer": errors / len(ref.split()), "errors": errors, "ref_words": len(ref.split()),
-            "boundary_errors": boundary_errors}  # fmt: skip
+            "boundary_errors": boundary_errors, "boundary_errors_by_chance": expected}  # fmt: skip
+
+
+def near_seconds(boundaries, duration):
+    """Seconds of [0, duration] within BOUNDARY_S of a boundary: where errors count as boundary
+    errors. An error rate spread evenly over the file would put errors * this / duration there."""
+    covered, reach = 0.0, 0.0
+    for b in sorted(boundaries):
+        start, end = max(b - BOUNDARY_S, reach, 0.0), min(b + BOUNDARY_S, duration)
+        covered += max(0.0, end - start)
+        reach = max(reach, end)
+    return covered
 
 
 def run_config(config, engine, stock, audio_path):
@@ -132,7 +148,7 @@ def markdown(rows, command):
         mrows = [r for r in rows if r["model"] == model]
         files = list(dict.fromkeys(r["file"] for r in mrows))
         configs = [c for c in CONFIGS if any(r["config"] == c for r in mrows)]
-        lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed |",
+        lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed (by chance) |",
                   "|---|" + "---|" * (len(configs) + 1)]  # fmt: skip
         for f in files:
             cells, b = [], {}
@@ -140,7 +156,8 @@ def markdown(rows, command):
                 r = next((r for r in mrows if r["file"] == f and r["config"] == c), None)
                 cells.append(f"{r['wer']:.2%}" if r else "—")
                 if r and r["boundary_errors"] is not None:
-                    b[c] = r["boundary_errors"]
+                    chance = r.get("boundary_errors_by_chance")
+                    b[c] = f"{r['boundary_errors']}" + (f" ({chance:.0f})" if chance is not None else "")
             lines.append(f"| {f} | " + " | ".join(cells) + f" | {b.get('silence', '—')} / {b.get('fixed', '—')} |")
         avg = []
         for c in configs:
@@ -190,7 +207,8 @@ def main() -> int:
                 row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
                        **score(reference.read_text(), segments, boundaries)}  # fmt: skip
                 rows.append(row)
-                b = "" if row["boundary_errors"] is None else f", boundary errors {row['boundary_errors']}"
+                b = "" if row["boundary_errors"] is None else (
+                    f", boundary errors {row['boundary_errors']} ({row['boundary_errors_by_chance']:.0f} by chance)")
                 print(f"{model:8} {audio.name:32} {config:10} WER {row['wer']:.2%}{b} ({row['seconds']:.0f} s)", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(rows, indent=2) + "\n")

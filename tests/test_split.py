@@ -123,3 +123,15 @@ def test_wer_harness_runs_on_a_short_file(tmp_path):
     assert {r["config"] for r in rows} == {"silence", "fixed", "decode", "transcribe"}
     assert all(0 <= r["wer"] < 0.2 for r in rows)  # a clean 11 s clip: every configuration nearly right
     assert "| **average** |" in (tmp_path / "acc.md").read_text()
+
+
+def test_boundary_reach_counts_overlaps_once():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_wer", ROOT / "scripts" / "eval_wer.py")
+    eval_wer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eval_wer)
+    # 1 s either side: [9, 11], [19, 21.5] (two boundaries overlapping), [99, 100.5] (clipped at the end)
+    assert eval_wer.near_seconds([10, 20, 20.5, 100], 100.5) == pytest.approx(6.0)
+    assert eval_wer.near_seconds([0.5], 10) == pytest.approx(1.5)  # clipped at the start
+    assert eval_wer.near_seconds([], 10) == 0.0
