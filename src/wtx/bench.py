@@ -6,9 +6,9 @@ computed between passes that decoded the same windows with the same options: any
 raises BenchMismatch.
 """
 
+import gc
 import hashlib
 import statistics
-import gc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field

@@ -112,8 +112,10 @@ class WindowResult:
         text = " ".join(s.text for s in self.segments)
         repetitive = compression_ratio(text) > options.compression_ratio_threshold
         unlikely = self.avg_logprob < options.logprob_threshold
-        skipped = stretches_timestamps(self.tokens, tokenizer)
-        return (repetitive or unlikely or skipped) and not self.is_silent(options)
+        if self.is_silent(options):
+            return False
+        # the stretch test decodes segment texts: only when the cheaper tests have not decided
+        return repetitive or unlikely or stretches_timestamps(self.tokens, tokenizer)
 
 
 def pick_device(device: str | None) -> torch.device:
