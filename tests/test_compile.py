@@ -49,6 +49,7 @@ def test_compiles_fullgraph_without_fallback(engines):
     compiled, _ = engines
     assert compiled.compile_report.source in ("compiled", "loaded")
     assert compiled.compile_report.warnings == []
+    assert compiled.compile_report.ahead_of_time  # torch >= 2.10: saved without Dynamo's tracing to redo
     assert compiled.fixed_batch == BATCH
 
 
@@ -65,7 +66,7 @@ def test_no_recompilation_across_batches(engines):
     assert dict(counters["stats"]) == before
 
 
-@torch.inference_mode()
+@torch.no_grad()
 def test_compiled_logits_match_eager(engines):
     compiled, eager = engines
     batch = windows(7)
@@ -87,9 +88,11 @@ def test_second_process_hits_the_disk_cache(tmp_path):
         torch.set_num_threads(2)
         from torch._dynamo.utils import counters
         from tests.test_compile import random_model, BATCH
+        from wtx.compile_cache import loads
         from wtx.engine import Engine, EngineOptions
         e = Engine(EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True), model=random_model())
-        print(json.dumps({"source": e.compile_report.source, "hits": counters["inductor"]["fxgraph_cache_hit"]}))
+        print(json.dumps({"source": e.compile_report.source, "functions": loads["function"], "bundles": loads["bundle"],
+                          "traced": counters["stats"]["unique_graphs"]}))
     """)
     env = {"WTX_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     runs = []
@@ -98,21 +101,47 @@ def test_second_process_hits_the_disk_cache(tmp_path):
         assert out.returncode == 0, out.stderr[-2000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert runs[0]["source"] == "compiled"
+    assert runs[0]["functions"] == 0 and runs[0]["traced"] == 3  # the encoder and two step variants
     assert runs[1]["source"] == "loaded"
-    assert runs[1]["hits"] > 0
+    assert runs[1]["functions"] == 3 and runs[1]["bundles"] == 1
+    assert runs[1]["traced"] == 0  # nothing traced again
     assert any(tmp_path.joinpath("compiled").iterdir())
 
 
-def test_corrupt_bundle_is_removed_and_rebuilt(tmp_path, monkeypatch):
+def test_corrupt_artifacts_are_removed_and_rebuilt(tmp_path, monkeypatch):
     from wtx import compile_cache
 
     monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
     options = EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True)
     Engine(options, model=random_model())
-    bundles = list((tmp_path / "compiled").iterdir())
-    assert len(bundles) == 1
-    bundles[0].write_bytes(b"this is not a bundle")
+    saved = sorted((tmp_path / "compiled").iterdir())
+    bundles = [p for p in saved if p.suffix == ".bin"]
+    functions = [p for p in saved if p.suffix == ".fn"]
+    assert len(bundles) == 1 and len(functions) == 3
+    for path in (bundles[0], functions[0]):
+        path.write_bytes(b"this is not a bundle")
     engine = Engine(options, model=random_model())
     assert any("corrupt compiled-artifact bundle removed" in w for w in engine.compile_report.warnings)
+    assert any("unreadable compiled function removed" in w for w in engine.compile_report.warnings)
     assert engine.compile_report.source == "compiled"
     assert compile_cache.bundle_path(bundles[0].stem).read_bytes() != b"this is not a bundle"
+    assert all(p.is_file() and p.read_bytes() != b"this is not a bundle" for p in functions)
+
+
+def test_just_in_time_when_ahead_of_time_fails(tmp_path, monkeypatch, engines):
+    """A torch without a working aot_compile still compiles: just in time, with a warning."""
+    import wtx.engine
+
+    def unavailable(fn, *args):
+        raise RuntimeError("aot_compile is not available")
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(wtx.engine, "_aot_compile", unavailable)
+    options = EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True)
+    engine = Engine(options, model=random_model())
+    report = engine.compile_report
+    assert report.source == "compiled" and not report.ahead_of_time
+    assert any("no ahead-of-time compile" in w and "aot_compile is not available" in w for w in report.warnings)
+    assert not list((tmp_path / "compiled").glob("*.fn"))
+    batch = windows(11)
+    assert [r.tokens for r in engine.decode_batch(batch)] == [r.tokens for r in engines[0].decode_batch(batch)]

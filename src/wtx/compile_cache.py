@@ -1,15 +1,19 @@
 """The on-disk compile cache: the one module that touches Inductor's configuration.
 
 Inductor's FX-graph and AOTAutograd caches and Triton's kernel cache live under
-`<wtx cache>/inductor` and `<wtx cache>/triton`. On top of them the engine saves a
-`torch.compiler.save_cache_artifacts()` bundle per configuration, keyed by torch and triton
-versions, device name, model shape, dtype and batch size, and loads it in the next process.
+`<wtx cache>/inductor` and `<wtx cache>/triton`. On top of them the engine saves, per
+configuration (keyed by torch and triton versions, device name, model shape, dtype, batch size
+and the source of the compiled modules):
+- a `torch.compiler.save_cache_artifacts()` bundle, loaded into those caches by the next process;
+- each compiled function ahead of time (`torch.compile(...).aot_compile()`), Dynamo's output
+  included, so the next process loads it without tracing the model again.
 """
 
 import hashlib
 import json
 import os
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +22,8 @@ from wtx.atomic import atomic_path
 from wtx.paths import cache_dir
 
 SUBDIRS = ("compiled", "inductor", "triton")
+
+loads: Counter = Counter()  # what this process loaded from disk: "bundle", "function"
 
 
 def configure() -> None:
@@ -33,6 +39,10 @@ def configure() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.fx_graph_cache = True
+    import torch._dynamo.config as dynamo_config
+
+    if hasattr(dynamo_config, "enable_aot_compile"):  # off by default in some releases
+        dynamo_config.enable_aot_compile = True
     try:
         import torch._functorch.config as functorch_config
 
@@ -105,6 +115,7 @@ def load_bundle(key: str) -> bool:
     if info is None:  # torch logs the checksum mismatch and returns None
         path.unlink(missing_ok=True)
         raise CorruptBundle(f"{path}: corrupt compiled-artifact bundle removed (torch could not read it)")
+    loads["bundle"] += 1
     return True
 
 
@@ -120,6 +131,42 @@ def save_bundle(key: str) -> Path | None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return path
+
+
+def function_path(key: str, name: str) -> Path:
+    return cache_dir() / "compiled" / f"{key}.{name}.fn"
+
+
+def save_function(key: str, name: str, compiled) -> Path:
+    """Saves an ahead-of-time compiled function (the result of `.aot_compile()`), atomically."""
+    path = function_path(key, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        compiled.save_compiled_function(str(tmp))
+    return path
+
+
+def load_function(key: str, name: str):
+    """The saved function, or None when there is none. One torch cannot read is removed and
+    CorruptBundle raised."""
+    import torch
+
+    path = function_path(key, name)
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            function = torch.compiler.load_compiled_function(f)
+    except Exception as e:
+        path.unlink(missing_ok=True)
+        raise CorruptBundle(f"{path}: unreadable compiled function removed ({type(e).__name__}: {e})") from e
+    loads["function"] += 1
+    return function
+
+
+def remove_functions(key: str, names) -> None:
+    for name in names:
+        function_path(key, name).unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

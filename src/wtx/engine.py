@@ -15,12 +15,13 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from itertools import groupby
 
 import numpy as np
 import torch
 
-from wtx.audio import CHUNK_LENGTH, N_SAMPLES, SAMPLE_RATE, Window, pad_window
+from wtx.audio import CHUNK_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, Window, pad_window
 from wtx.decode import (
     DecodingOptions,
     GreedyLoop,
@@ -67,9 +68,10 @@ class CompileError(RuntimeError):
 
 @dataclass
 class CompileReport:
-    source: str  # "compiled", "loaded" (from the on-disk bundle) or "eager" (fallback)
+    source: str  # "compiled", "loaded" (from the on-disk cache) or "eager" (fallback)
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    ahead_of_time: bool = False  # compiled with aot_compile (loaded without tracing), else just in time
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,20 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 def silent_window() -> Window:
     """Padding for a compiled engine's fixed batch; its results are discarded."""
     return Window(index=-1, offset=0.0, duration=0.0, samples=np.zeros(N_SAMPLES, dtype=np.float32))
+
+
+def run_encoder(encoder, mel):
+    """The function compiled ahead of time for the encoder (its weights are inputs)."""
+    return encoder(mel)
+
+
+def run_step(loop):
+    """The function compiled ahead of time for one decode step (see GreedyLoop)."""
+    loop()
+
+
+def _aot_compile(fn, *args):
+    return torch.compile(fn, fullgraph=True, dynamic=False).aot_compile((args, {}))
 
 
 def capture(fn, device):
@@ -262,7 +278,7 @@ class Engine:
             if done % every == 0 and bool(loop.finished.all()):  # the only host sync
                 break
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: functions compiled ahead of time guard on it
     def decode_batch(
         self,
         windows: list[Window],
@@ -316,9 +332,10 @@ class Engine:
     def _compile(self) -> CompileReport:
         """Compiles the encoder and the decode step for a fixed batch, warming up on silence.
 
-        A saved bundle of compiled artifacts is loaded first when one exists for this exact
-        configuration; after a fresh compile, one is saved. Failures fall back to eager with a
-        warning, or raise CompileError when `strict`."""
+        Saved artifacts for this exact configuration are loaded first: the functions compiled
+        ahead of time (no tracing at all) and the bundle of Inductor's caches; after a fresh
+        compile both are saved. Failures fall back to eager with a warning, or raise
+        CompileError when `strict`."""
         from wtx import compile_cache
 
         options = self.options
@@ -333,7 +350,7 @@ class Engine:
         except compile_cache.CorruptBundle as e:
             warnings.append(f"{e}; compiling from scratch")
         try:
-            self._build_compiled(options.batch_size)
+            precompiled = self._build_compiled(options.batch_size, key, warnings)
         except Exception as e:
             if options.strict:
                 raise CompileError(f"torch.compile failed: {type(e).__name__}: {e}") from e
@@ -345,24 +362,86 @@ class Engine:
                 compile_cache.save_bundle(key)
             except Exception as e:  # the cache is an optimisation: never fail the job for it
                 warnings.append(f"could not save compiled artifacts: {e}")
-        return CompileReport("loaded" if loaded else "compiled", time.perf_counter() - started, warnings)
+        source = "loaded" if precompiled == "loaded" or (loaded and precompiled is None) else "compiled"
+        return CompileReport(source, time.perf_counter() - started, warnings, ahead_of_time=precompiled is not None)
 
-    def _build_compiled(self, batch_size: int) -> None:
+    def _build_compiled(self, batch_size: int, key: str, warnings: list[str]) -> str | None:
+        """Compiles (or loads) and warms up the encoder and both step variants, then captures
+        CUDA graphs. Returns "loaded" or "compiled" for functions compiled ahead of time, None
+        when they were compiled just in time (ahead of time is not possible here)."""
         self.fixed_batch = batch_size
         loop = self._loop(batch_size)
-        if self.options.step_backend == "inductor":
-            self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
-            compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
-        elif self.options.step_backend == "eager":
-            compiled_step = loop
-        else:
+        if self.options.step_backend not in ("inductor", "eager"):
             raise ValueError(f"unknown step backend {self.options.step_backend!r}")
+        precompiled = None
+        compiled_step = loop
+        if self.options.step_backend == "inductor":
+            try:
+                precompiled, compiled_step = self._ahead_of_time(key, loop, warnings)
+            except Exception as e:  # an older torch, or one that cannot serialize this graph
+                warnings.append(f"no ahead-of-time compile ({type(e).__name__}: {e}); compiling just in time")
+                loop.sample = False
+                self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
+                compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
+                self.step = compiled_step
+                self._warm_up()  # compiles (or loads) the encoder and both step graphs
         self.step = compiled_step
         self.steps_per_call = 1
-        self._warm_up()  # compiles (or loads) the encoder and both step graphs
+        if self.options.step_backend == "eager":
+            self._warm_up()
         if self.device.type == "cuda" and self.options.cuda_graph:
             self._capture_cuda_graph(compiled_step)
             self._warm_up()  # one replay of each graph before real work
+        return precompiled
+
+    def _ahead_of_time(self, key: str, loop: GreedyLoop, warnings: list[str]):
+        """The encoder and the step's two variants compiled with `torch.compile().aot_compile()`:
+        loaded from the cache when saved there, else compiled, warmed up and saved.
+
+        A loaded function skips Dynamo's tracing, most of what a warm start used to cost. Each
+        call checks the function's guards (shapes, dtypes, the step variant) and raises rather
+        than recompile. Returns ("loaded" or "compiled", the step function); warmed up."""
+        from wtx import compile_cache
+
+        names = ("encoder", "step-greedy", "step-sample")
+        try:
+            functions = [compile_cache.load_function(key, name) for name in names]
+        except compile_cache.CorruptBundle as e:
+            warnings.append(f"{e}; compiling from scratch")
+            compile_cache.remove_functions(key, names)
+            functions = [None]
+        source = "loaded"
+        if not all(functions):
+            source = "compiled"
+            mel = torch.zeros(self.fixed_batch, self.dims.n_mels, N_FRAMES, dtype=self.dtype, device=self.device)
+            with torch.no_grad():
+                functions = [_aot_compile(run_encoder, self.model.encoder, mel)]
+                for sample in (False, True):
+                    loop.sample = sample
+                    functions.append(_aot_compile(run_step, loop))
+            loop.sample = False
+        encoder_fn, greedy, sampling = functions
+        self.encoder = partial(encoder_fn, self.model.encoder)
+        steps = {False: greedy, True: sampling}
+
+        def step() -> None:
+            steps[loop.sample](loop)
+
+        self.step = step
+        try:
+            self._warm_up()
+        except Exception:
+            if source == "loaded":  # saved by another build of torch or wtx: not to be tried again
+                compile_cache.remove_functions(key, names)
+            raise
+        if source == "compiled":
+            try:
+                for name, fn in zip(names, functions):
+                    compile_cache.save_function(key, name, fn)
+            except Exception as e:  # the cache is an optimisation: never fail the job for it
+                compile_cache.remove_functions(key, names)
+                warnings.append(f"could not save compiled functions: {e}")
+        return source, step
 
     def _warm_up(self) -> None:
         """Decodes silence greedily and by sampling: the step's two variants (see GreedyLoop)."""
@@ -392,7 +471,7 @@ class Engine:
 
         loop = self.loop
         graphs = {}
-        with torch.inference_mode():
+        with torch.no_grad():
             self.prefill_graph, self.static_prefill_out = capture(prefill, self.device)
             for sample in (False, True):  # the step's greedy and sampling variants
                 loop.sample = sample
