@@ -117,8 +117,10 @@ w = next(fixed_windows(stream_samples({str(args.audio)!r})))
 r = e.decode_batch([w])
 torch.cuda.synchronize() if torch.cuda.is_available() else None
 import torch._dynamo.utils as du
+from wtx.compile_cache import loads
 print(json.dumps({{"first_window_s": time.perf_counter() - t0, "imports_s": imported, "engine_ready_s": ready, "compile": e.compile_report.source,
-  "compile_s": e.compile_report.seconds, "fxgraph_cache_hit": du.counters["inductor"]["fxgraph_cache_hit"],
+  "compile_s": e.compile_report.seconds, "ahead_of_time": e.compile_report.ahead_of_time, "loaded": dict(loads),
+  "fxgraph_cache_hit": du.counters["inductor"]["fxgraph_cache_hit"],
   "fxgraph_cache_miss": du.counters["inductor"]["fxgraph_cache_miss"], "text": e.tokenizer.decode(r[0].tokens)[:80]}}))
 """
     env = {**os.environ, "WTX_CACHE_DIR": str(cache_dir)}

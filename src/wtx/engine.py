@@ -151,6 +151,16 @@ def _aot_compile(fn, *args):
     return torch.compile(fn, fullgraph=True, dynamic=False).aot_compile((args, {}))
 
 
+def _fits(step_fn, loop, sample: bool) -> bool:
+    """Whether a step variant's guards accept `loop` with `sample` set."""
+    before = loop.sample
+    loop.sample = sample
+    try:
+        return step_fn.guard_check(loop)
+    finally:
+        loop.sample = before
+
+
 def capture(fn, device):
     """Warms `fn` up on a side stream, then records it as a CUDA graph: (graph, fn's outputs)."""
     stream = torch.cuda.Stream(device)
@@ -366,8 +376,8 @@ class Engine:
         return CompileReport(source, time.perf_counter() - started, warnings, ahead_of_time=precompiled is not None)
 
     def _build_compiled(self, batch_size: int, key: str, warnings: list[str]) -> str | None:
-        """Compiles (or loads) and warms up the encoder and both step variants, then captures
-        CUDA graphs. Returns "loaded" or "compiled" for functions compiled ahead of time, None
+        """Compiles (or loads) the encoder and both step variants, then captures CUDA graphs.
+        Returns "loaded" or "compiled" for functions compiled ahead of time, None
         when they were compiled just in time (ahead of time is not possible here)."""
         self.fixed_batch = batch_size
         loop = self._loop(batch_size)
@@ -389,18 +399,18 @@ class Engine:
         self.steps_per_call = 1
         if self.options.step_backend == "eager":
             self._warm_up()
-        if self.device.type == "cuda" and self.options.cuda_graph:
+        if self.device.type == "cuda" and self.options.cuda_graph:  # capture() warms each graph's code up
             self._capture_cuda_graph(compiled_step)
             self._warm_up()  # one replay of each graph before real work
         return precompiled
 
     def _ahead_of_time(self, key: str, loop: GreedyLoop, warnings: list[str]):
         """The encoder and the step's two variants compiled with `torch.compile().aot_compile()`:
-        loaded from the cache when saved there, else compiled, warmed up and saved.
+        loaded from the cache when saved there, else compiled and saved.
 
         A loaded function skips Dynamo's tracing, most of what a warm start used to cost. Each
-        call checks the function's guards (shapes, dtypes, the step variant) and raises rather
-        than recompile. Returns ("loaded" or "compiled", the step function); warmed up."""
+        call checks the function's guards (shapes, dtypes, grad mode, the step variant) and
+        raises rather than recompile. Returns ("loaded" or "compiled", the step function)."""
         from wtx import compile_cache
 
         names = ("encoder", "step-greedy", "step-sample")
@@ -411,9 +421,9 @@ class Engine:
             compile_cache.remove_functions(key, names)
             functions = [None]
         source = "loaded"
+        mel = torch.zeros(self.fixed_batch, self.dims.n_mels, N_FRAMES, dtype=self.dtype, device=self.device)
         if not all(functions):
             source = "compiled"
-            mel = torch.zeros(self.fixed_batch, self.dims.n_mels, N_FRAMES, dtype=self.dtype, device=self.device)
             with torch.no_grad():
                 functions = [_aot_compile(run_encoder, self.model.encoder, mel)]
                 for sample in (False, True):
@@ -428,12 +438,16 @@ class Engine:
             steps[loop.sample](loop)
 
         self.step = step
-        try:
-            self._warm_up()
-        except Exception:
+        # no warm-up needed: nothing compiles on a first call; check each function's guards
+        # here, so a mismatch falls back to compiling just in time rather than failing later
+        with torch.no_grad():
+            fits = encoder_fn.guard_check(self.model.encoder, mel) and all(
+                _fits(fn, loop, sample) for fn, sample in ((greedy, False), (sampling, True))
+            )
+        if not fits:
             if source == "loaded":  # saved by another build of torch or wtx: not to be tried again
                 compile_cache.remove_functions(key, names)
-            raise
+            raise RuntimeError("the compiled functions' guards do not accept this engine's inputs")
         if source == "compiled":
             try:
                 for name, fn in zip(names, functions):
