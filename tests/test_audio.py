@@ -46,3 +46,64 @@ def test_features_match_openai_whisper_per_window():
     for row, w in zip(ours, windows):
         theirs = whisper.audio.log_mel_spectrogram(torch.from_numpy(w.samples))
         torch.testing.assert_close(row, theirs, rtol=1e-5, atol=1e-5)
+
+
+def _speechlike_mp3(path, seconds: float, rate: int, channels: int):
+    """An MP3 of noise shaped like syllables (not silence: seams are checked on its samples)."""
+    import subprocess
+
+    from wtx.audio import ffmpeg_binary
+
+    rng = np.random.default_rng(5)
+    n = int(seconds * rate)
+    envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 3.0 * np.arange(n) / rate)
+    pcm = (0.2 * envelope[:, None] * rng.standard_normal((n, channels))).astype(np.float32)
+    subprocess.run(
+        [ffmpeg_binary(), "-loglevel", "error", "-y", "-f", "f32le", "-ar", str(rate), "-ac", str(channels),
+         "-i", "pipe:0", "-b:a", "96k", str(path)], input=pcm.tobytes(), check=True,
+    )  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("rate,channels", [(16000, 1), (44100, 2)])
+def test_pieces_decode_sample_for_sample_as_one_pass(tmp_path, monkeypatch, rate, channels):
+    pytest.importorskip("av")
+    import wtx.audio as audio
+    from wtx import audio_pieces
+
+    mp3 = _speechlike_mp3(tmp_path / "long.mp3", 95.0, rate, channels)
+    monkeypatch.setattr(audio_pieces, "MIN_PIECE_SECONDS", 30)
+    monkeypatch.setenv("WTX_AUDIO_WORKERS", "3")
+    plan = audio_pieces.plan(str(mp3))
+    assert plan is not None and len(audio_pieces.piece_bounds(plan.duration, plan.workers)) == 3
+    pieces = audio_pieces.decode_in_pieces(str(mp3), plan)
+    one_pass = np.concatenate(list(audio._one_pass(str(mp3), N_SAMPLES)))
+    assert pieces is not None  # every seam matched
+    assert np.array_equal(pieces, one_pass)
+    blocks = list(stream_samples(str(mp3)))  # the pieces, cut into blocks like the one pass
+    assert [len(b) for b in blocks] == [N_SAMPLES] * (len(one_pass) // N_SAMPLES) + [len(one_pass) % N_SAMPLES]
+
+
+def test_a_seam_that_differs_is_not_joined():
+    from wtx.audio_pieces import CHECK_SECONDS, join
+
+    second = SAMPLE_RATE * CHECK_SECONDS
+    bounds = [(0, 2), (2, None)]
+    first = np.arange(3 * SAMPLE_RATE, dtype=np.float32)  # seconds 0-2, then the check second
+    following = first[2 * SAMPLE_RATE :].copy()
+    assert np.array_equal(join([first, following], bounds), first)
+    following[second // 2] += 0.5  # one sample off
+    assert join([first, following], bounds) is None
+
+
+def test_pieces_off_for_short_files_and_one_worker(tmp_path, monkeypatch):
+    pytest.importorskip("av")
+    from wtx import audio_pieces
+
+    wav = make_wav(tmp_path / "tone.wav", seconds=65.5)
+    monkeypatch.setenv("WTX_AUDIO_WORKERS", "4")
+    assert audio_pieces.plan(str(wav)) is None  # under two pieces' worth
+    mp3 = _speechlike_mp3(tmp_path / "long.mp3", 250.0, 16000, 1)
+    assert audio_pieces.plan(str(mp3)) is not None
+    monkeypatch.setenv("WTX_AUDIO_WORKERS", "1")
+    assert audio_pieces.plan(str(mp3)) is None
