@@ -2,9 +2,7 @@
 
 Audio is streamed from ffmpeg window by window (never decoded whole), as 16 kHz mono float32.
 The binary is the system's `ffmpeg`, else the one imageio-ffmpeg ships; where neither exists,
-FFmpeg's libraries are used through PyAV if it is installed. Where PyAV is installed and the
-machine has cores to spare, a long file is decoded in pieces on several processes instead,
-sample for sample the same (see audio_pieces).
+FFmpeg's libraries are used through PyAV if it is installed.
 """
 
 import re
@@ -19,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from wtx import audio_pieces
 from wtx.errors import AudioError, FFmpegMissing
 
 SAMPLE_RATE = 16000
@@ -167,25 +164,10 @@ def stream_samples(source: str, block: int = N_SAMPLES) -> Iterator[np.ndarray]:
     """16 kHz mono float32 samples of `source` (a path or '-'), in blocks of `block` samples."""
     if source != STDIN and not Path(source).is_file():
         raise AudioError(f"{source}: no such file")
-    if source != STDIN and (plan := audio_pieces.plan(source)) is not None:
-        return _pieces_stream(source, plan, block)
-    return _one_pass(source, block)
-
-
-def _one_pass(source: str, block: int) -> Iterator[np.ndarray]:
     binary = ffmpeg_binary()
     if binary is not None:
         return _ffmpeg_stream(binary, source, block)
     return _pyav_stream(source, block)
-
-
-def _pieces_stream(source: str, plan, block: int) -> Iterator[np.ndarray]:
-    samples = audio_pieces.decode_in_pieces(source, plan)
-    if samples is None:  # a seam that differs, or an error the one pass will name
-        yield from _one_pass(source, block)
-        return
-    for start in range(0, len(samples), block):
-        yield samples[start : start + block]
 
 
 def load_audio(source: str) -> np.ndarray:
