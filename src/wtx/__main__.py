@@ -1,3 +1,4 @@
 from wtx.cli import main
 
-main()
+if __name__ == "__main__":  # not when another module imports it
+    main()
