@@ -340,7 +340,7 @@ class Engine:
     # -- compilation ---------------------------------------------------------------------
 
     def _compile(self) -> CompileReport:
-        """Compiles the encoder and the decode step for a fixed batch, warming up on silence.
+        """Compiles the encoder and the decode step for a fixed batch.
 
         Saved artifacts for this exact configuration are loaded first: the functions compiled
         ahead of time (no tracing at all) and the bundle of Inductor's caches; after a fresh
