@@ -129,12 +129,20 @@ def run_pass(
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times, tokens = [], []
-    for _ in range(repeat):
-        sync()
-        started = time.perf_counter()
-        tokens = decode_all()
-        sync()
-        times.append(time.perf_counter() - started)
+    # what the process holds already is kept out of the garbage collector's scans, so a
+    # Python-bound pass does not pay for what the process imported or ran before it (after a
+    # compiled engine is built: about 650,000 objects, 0.45 s a full collection on a 2-core CPU)
+    gc.collect()
+    gc.freeze()
+    try:
+        for _ in range(repeat):
+            sync()
+            started = time.perf_counter()
+            tokens = decode_all()
+            sync()
+            times.append(time.perf_counter() - started)
+    finally:
+        gc.unfreeze()
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device) / 2**20
     else:
