@@ -46,3 +46,26 @@ def test_features_match_openai_whisper_per_window():
     for row, w in zip(ours, windows):
         theirs = whisper.audio.log_mel_spectrogram(torch.from_numpy(w.samples))
         torch.testing.assert_close(row, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("rate,channels", [(16000, 1), (44100, 2)])
+def test_pyav_decodes_as_the_ffmpeg_binary_does(tmp_path, monkeypatch, rate, channels):
+    """Without an ffmpeg binary wtx decodes through PyAV: the same samples, in the same blocks."""
+    pytest.importorskip("av")
+    import subprocess
+
+    import wtx.audio as audio
+
+    rng = np.random.default_rng(3)
+    pcm = (0.2 * rng.standard_normal((int(41.5 * rate), channels))).astype(np.float32)
+    mp3 = tmp_path / f"noise_{rate}.mp3"
+    subprocess.run(
+        [audio.ffmpeg_binary(), "-loglevel", "error", "-y", "-f", "f32le", "-ar", str(rate), "-ac", str(channels),
+         "-i", "pipe:0", str(mp3)], input=pcm.tobytes(), check=True,
+    )  # fmt: skip
+    by_binary = list(stream_samples(str(mp3)))
+    monkeypatch.setattr(audio, "ffmpeg_binary", lambda: None)
+    by_pyav = list(stream_samples(str(mp3)))
+    assert [len(b) for b in by_pyav] == [len(b) for b in by_binary] == [N_SAMPLES, len(by_binary[-1])]
+    assert all(np.array_equal(a, b) for a, b in zip(by_pyav, by_binary))
+    assert all(b.dtype == np.float32 and b.flags.writeable for b in by_pyav)
