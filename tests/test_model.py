@@ -78,3 +78,27 @@ def test_caches_are_preallocated_once(models):
     assert cache.k.shape == (5, DIMS.n_text_head, 300, DIMS.n_text_state // DIMS.n_text_head)
     ours.setup_caches(5, 300)
     assert ours.decoder.blocks[0].attn.kv_cache is cache
+
+
+def test_loading_a_model_leaves_dynamo_unimported_and_torch_init_intact():
+    """An eager run never imports TorchDynamo (seconds of start-up); load_model restores nn.init."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys, torch
+        from wtx.model import ModelDimensions, Whisper, load_model
+        dims = ModelDimensions(80, 1500, 64, 4, 2, 51864, 448, 64, 4, 2)
+        state = Whisper(dims).state_dict()
+        model = load_model({"dims": dims.__dict__, "model_state_dict": state})
+        assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
+        assert all(p.device.type == "cpu" for p in model.parameters())
+        w = torch.empty(3, 3)
+        torch.nn.init.ones_(w)
+        assert bool((w == 1).all())  # the initialisers work again after loading
+        print("torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"

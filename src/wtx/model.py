@@ -13,6 +13,7 @@ Differences from openai/whisper's model.py, all in service of torch.compile and 
 State dicts from openai-whisper checkpoints load unchanged.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -52,10 +53,13 @@ class LayerNorm(nn.LayerNorm):
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Tensor:
-    """Sinusoidal position table, as openai-whisper builds it for the encoder."""
-    log_timescale_increment = torch.log(torch.tensor(max_timescale)) / (channels // 2 - 1)
-    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
-    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    """Sinusoidal position table, as openai-whisper builds it for the encoder.
+
+    Always computed on the CPU: under a `torch.device("meta")` context, meta kernels for these
+    ops would import TorchDynamo (2.5 s) even when nothing is compiled."""
+    log_timescale_increment = torch.log(torch.tensor(max_timescale, device="cpu")) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device="cpu"))
+    scaled_time = torch.arange(length, device="cpu")[:, None] * inv_timescales[None, :]
     return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
 
 
@@ -268,13 +272,30 @@ class Whisper(nn.Module):
         self.n_slots = n_slots
 
 
+@contextmanager
+def _no_init():
+    """Module constructors skip their random initialisation: the checkpoint's weights replace it.
+
+    On the meta device the initialisers would run as Python references that import TorchDynamo
+    (about 2 s), which an eager run never needs."""
+    names = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    try:
+        for name in names:
+            setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
 def load_model(checkpoint: dict, device: str | torch.device = "cpu", dtype=torch.float32) -> Whisper:
     """Build the rewritten model from an openai-whisper checkpoint dict ({dims, model_state_dict})."""
     dims = ModelDimensions(**checkpoint["dims"])
-    with torch.device("meta"):
+    with torch.device("meta"), _no_init():
         model = Whisper(dims)
     state = {k: v.to(device=device, dtype=dtype) for k, v in checkpoint["model_state_dict"].items()}
     if "encoder.positional_embedding" not in state:  # some exports omit the fixed sinusoids
-        state["encoder.positional_embedding"] = sinusoids(dims.n_audio_ctx, dims.n_audio_state)
+        state["encoder.positional_embedding"] = sinusoids(dims.n_audio_ctx, dims.n_audio_state).to(device, dtype)
     model.load_state_dict(state, assign=True, strict=True)
     return model.eval().requires_grad_(False)
