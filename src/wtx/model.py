@@ -56,7 +56,7 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Ten
     """Sinusoidal position table, as openai-whisper builds it for the encoder.
 
     Always computed on the CPU: under a `torch.device("meta")` context, meta kernels for these
-    ops would import TorchDynamo (2.5 s) even when nothing is compiled."""
+    ops would import TorchDynamo (seconds) even when nothing is compiled."""
     log_timescale_increment = torch.log(torch.tensor(max_timescale, device="cpu")) / (channels // 2 - 1)
     inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2, device="cpu"))
     scaled_time = torch.arange(length, device="cpu")[:, None] * inv_timescales[None, :]
@@ -277,7 +277,7 @@ def _no_init():
     """Module constructors skip their random initialisation: the checkpoint's weights replace it.
 
     On the meta device the initialisers would run as Python references that import TorchDynamo
-    (about 2 s), which an eager run never needs."""
+    (seconds of start-up), which an eager run never needs."""
     names = ("kaiming_uniform_", "uniform_", "normal_", "ones_", "zeros_")
     saved = {name: getattr(nn.init, name) for name in names}
     try:
