@@ -14,6 +14,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import groupby
@@ -111,11 +112,11 @@ class WindowResult:
     def needs_fallback(self, options: DecodingOptions, tokenizer) -> bool:
         """openai-whisper's test for decoding a window again at the next temperature, plus
         timestamps stretched over skipped speech."""
+        if self.is_silent(options):
+            return False
         text = " ".join(s.text for s in self.segments)
         repetitive = compression_ratio(text) > options.compression_ratio_threshold
         unlikely = self.avg_logprob < options.logprob_threshold
-        if self.is_silent(options):
-            return False
         # the stretch test decodes segment texts: only when the cheaper tests have not decided
         return repetitive or unlikely or stretches_timestamps(self.tokens, tokenizer)
 
@@ -151,12 +152,13 @@ def _aot_compile(fn, *args):
     return torch.compile(fn, fullgraph=True, dynamic=False).aot_compile((args, {}))
 
 
-def _fits(step_fn, loop, sample: bool) -> bool:
-    """Whether a step variant's guards accept `loop` with `sample` set."""
+@contextmanager
+def step_variant(loop: GreedyLoop, sample: bool):
+    """`loop` set to its greedy or sampling step variant for a block, then set back."""
     before = loop.sample
     loop.sample = sample
     try:
-        return step_fn.guard_check(loop)
+        yield loop
     finally:
         loop.sample = before
 
@@ -390,7 +392,6 @@ class Engine:
                 precompiled, compiled_step = self._ahead_of_time(key, loop, warnings)
             except Exception as e:  # an older torch, or one that cannot serialize this graph
                 warnings.append(f"no ahead-of-time compile ({type(e).__name__}: {e}); compiling just in time")
-                loop.sample = False
                 self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
                 compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
                 self.step = compiled_step
@@ -427,9 +428,8 @@ class Engine:
             with torch.no_grad():
                 functions = [_aot_compile(run_encoder, self.model.encoder, mel)]
                 for sample in (False, True):
-                    loop.sample = sample
-                    functions.append(_aot_compile(run_step, loop))
-            loop.sample = False
+                    with step_variant(loop, sample):
+                        functions.append(_aot_compile(run_step, loop))
         encoder_fn, greedy, sampling = functions
         self.encoder = partial(encoder_fn, self.model.encoder)
         steps = {False: greedy, True: sampling}
@@ -437,13 +437,13 @@ class Engine:
         def step() -> None:
             steps[loop.sample](loop)
 
-        self.step = step
         # no warm-up needed: nothing compiles on a first call; check each function's guards
         # here, so a mismatch falls back to compiling just in time rather than failing later
         with torch.no_grad():
-            fits = encoder_fn.guard_check(self.model.encoder, mel) and all(
-                _fits(fn, loop, sample) for fn, sample in ((greedy, False), (sampling, True))
-            )
+            fits = encoder_fn.guard_check(self.model.encoder, mel)
+            for sample, fn in steps.items():
+                with step_variant(loop, sample):
+                    fits = fits and fn.guard_check(loop)
         if not fits:
             if source == "loaded":  # saved by another build of torch or wtx: not to be tried again
                 compile_cache.remove_functions(key, names)
@@ -488,8 +488,8 @@ class Engine:
         with torch.no_grad():
             self.prefill_graph, self.static_prefill_out = capture(prefill, self.device)
             for sample in (False, True):  # the step's greedy and sampling variants
-                loop.sample = sample
-                graphs[sample], _ = capture(steps, self.device)
+                with step_variant(loop, sample):
+                    graphs[sample], _ = capture(steps, self.device)
         self.step = lambda: graphs[loop.sample].replay()
         self.steps_per_call = chunk
 
