@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import ROOT, shared_file
 from wtx.audio import N_SAMPLES, SAMPLE_RATE
 from wtx.decode import get_tokenizer, seek_point, stretches_timestamps
-from wtx.split import silence_windows
+from wtx.split import FRAME, SEARCH, SMOOTH, frame_energy_db, quietest_cut, silence_windows, speech_start
 from wtx.writers import MAX_CUE, MAX_LINE, MAX_LINES, MIN_CUE, TimedText, Transcript, subtitle_cues
 from tests.test_decode import TINY_EN
 
@@ -51,6 +51,39 @@ def test_window_boundaries_fall_inside_silences(seed):
         start = int(round(w.offset * SAMPLE_RATE))
         n = int(round(w.duration * SAMPLE_RATE))
         assert np.array_equal(w.samples[:n], samples[start : start + n])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cut_and_skip_measure_only_what_they_need(seed):
+    """quietest_cut and speech_start measure part of a window; they must decide as if they had
+    measured all of it (the straightforward version below)."""
+
+    def whole_cut(samples):
+        smooth = np.convolve(frame_energy_db(samples), np.ones(SMOOTH) / SMOOTH, mode="same")
+        first = max(0, len(smooth) - int(SEARCH * 50))
+        candidates = np.flatnonzero(smooth[first:] <= smooth[first:].min() + 1.0)
+        return (first + int(candidates[-1])) * FRAME + FRAME // 2
+
+    def whole_skip(samples):
+        loud = np.flatnonzero(frame_energy_db(samples) > -45.0)
+        if len(loud) == 0:
+            return None
+        return 0 if loud[0] * FRAME < 2.0 * SAMPLE_RATE else int(loud[0]) * FRAME - int(0.3 * SAMPLE_RATE)
+
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(40):  # noise bursts and near-silences of random loudness and length
+        parts = [rng.standard_normal(int(rng.uniform(0.05, 8) * SAMPLE_RATE)) * rng.choice([0.002, 0.05, 0.3])
+                 for _ in range(rng.integers(2, 12))]  # fmt: skip
+        cases.append(np.concatenate(parts).astype(np.float32)[: int(rng.uniform(12, 30) * SAMPLE_RATE)])
+    # the pause right where the search starts: its smoothing reaches before the searched part
+    loud = (rng.standard_normal(N_SAMPLES) * 0.3).astype(np.float32)
+    gap = N_SAMPLES - int(SEARCH * SAMPLE_RATE) + int(rng.integers(-4, 2)) * FRAME
+    loud[gap : gap + 4 * FRAME] *= 0.001
+    cases.append(loud)
+    for samples in cases:
+        assert quietest_cut(samples) == whole_cut(samples)
+        assert speech_start(samples) == whole_skip(samples)
 
 
 def test_long_silence_is_skipped():

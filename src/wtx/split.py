@@ -30,10 +30,13 @@ def frame_energy_db(samples: np.ndarray) -> np.ndarray:
 
 def quietest_cut(samples: np.ndarray) -> int:
     """Sample index of the quietest point in the last SEARCH seconds of `samples` (<= 30 s long)."""
-    energy = frame_energy_db(samples)
+    n = len(samples) // FRAME
+    first = max(0, n - int(SEARCH * 50))
+    # only the searched frames and the SMOOTH before them count: the rest is never looked at
+    start = max(0, first - SMOOTH)
+    energy = frame_energy_db(samples[start * FRAME : n * FRAME])
     smooth = np.convolve(energy, np.ones(SMOOTH) / SMOOTH, mode="same")
-    first = max(0, len(smooth) - int(SEARCH * 50))
-    region = smooth[first:]
+    region = smooth[first - start :]
     # the latest frame among the quietest (within 1 dB), so windows stay long
     candidates = np.flatnonzero(region <= region.min() + 1.0)
     return (first + int(candidates[-1])) * FRAME + FRAME // 2
