@@ -89,10 +89,17 @@ def test_second_process_hits_the_disk_cache(tmp_path):
         from torch._dynamo.utils import counters
         from tests.test_compile import random_model, BATCH
         from wtx.compile_cache import loads
+        import torch._inductor.config as inductor_config
         from wtx.engine import Engine, EngineOptions
+        threads = []
+        build = Engine._build_compiled
+        def watched(self, *args):
+            threads.append(inductor_config.compile_threads)
+            return build(self, *args)
+        Engine._build_compiled = watched
         e = Engine(EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True), model=random_model())
         print(json.dumps({"source": e.compile_report.source, "functions": loads["function"], "bundles": loads["bundle"],
-                          "traced": counters["stats"]["unique_graphs"]}))
+                          "traced": counters["stats"]["unique_graphs"], "threads": threads}))
     """)
     env = {"WTX_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     runs = []
@@ -105,6 +112,7 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     assert runs[1]["source"] == "loaded"
     assert runs[1]["functions"] == 3 and runs[1]["bundles"] == 1
     assert runs[1]["traced"] == 0  # nothing traced again
+    assert runs[1]["threads"] == [1]  # loading only: Inductor starts no pool of compile workers
     assert any(tmp_path.joinpath("compiled").iterdir())
 
 

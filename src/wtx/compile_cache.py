@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,25 @@ def configure() -> None:
         functorch_config.enable_autograd_cache = True
     except (ImportError, AttributeError):
         pass
+
+
+@contextmanager
+def in_process(enabled: bool = True):
+    """Inductor works in this process for a block: no pool of compile workers.
+
+    Loading saved artifacts compiles nothing, yet Inductor's asynchronous compiler would start a
+    pool of worker processes (one per core, where Triton is installed) that compete with the job
+    for the CPU while it starts. Were a saved function rejected, its recompile would run here on
+    one thread: slower, but only then."""
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.compile_threads
+    if enabled:
+        inductor_config.compile_threads = 1
+    try:
+        yield
+    finally:
+        inductor_config.compile_threads = before
 
 
 def _triton_version() -> str:

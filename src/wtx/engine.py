@@ -63,6 +63,9 @@ class EngineOptions:
     stream_windows: int = 8  # at most this many consecutive windows per batch row
 
 
+FUNCTION_NAMES = ("encoder", "step-greedy", "step-sample")  # what is compiled ahead of time
+
+
 class CompileError(RuntimeError):
     pass
 
@@ -361,8 +364,10 @@ class Engine:
             loaded = compile_cache.load_bundle(key)
         except compile_cache.CorruptBundle as e:
             warnings.append(f"{e}; compiling from scratch")
+        saved = all(compile_cache.function_path(key, name).is_file() for name in FUNCTION_NAMES)
         try:
-            precompiled = self._build_compiled(options.batch_size, key, warnings)
+            with compile_cache.in_process(loaded and saved):  # only loading: no compile workers
+                precompiled = self._build_compiled(options.batch_size, key, warnings)
         except Exception as e:
             if options.strict:
                 raise CompileError(f"torch.compile failed: {type(e).__name__}: {e}") from e
@@ -414,7 +419,7 @@ class Engine:
         raises rather than recompile. Returns ("loaded" or "compiled", the step function)."""
         from wtx import compile_cache
 
-        names = ("encoder", "step-greedy", "step-sample")
+        names = FUNCTION_NAMES
         try:
             functions = [compile_cache.load_function(key, name) for name in names]
         except compile_cache.CorruptBundle as e:
