@@ -44,14 +44,13 @@ def quietest_cut(samples: np.ndarray) -> int:
 
 def speech_start(samples: np.ndarray) -> int | None:
     """Samples of leading silence to skip (0 unless it lasts MIN_SKIP s); None if all is silence."""
-    energy = frame_energy_db(samples)
-    loud = np.flatnonzero(energy > SILENCE_DB)
+    head = int(MIN_SKIP * SAMPLE_RATE) // FRAME  # frames starting within MIN_SKIP s
+    if (frame_energy_db(samples[: head * FRAME]) > SILENCE_DB).any():
+        return 0  # most windows: speech right away, and the rest need not be measured
+    loud = np.flatnonzero(frame_energy_db(samples[head * FRAME :]) > SILENCE_DB)
     if len(loud) == 0:
         return None
-    first_loud = int(loud[0])
-    if first_loud * FRAME < MIN_SKIP * SAMPLE_RATE:
-        return 0
-    return first_loud * FRAME - int(KEEP * SAMPLE_RATE)
+    return (head + int(loud[0])) * FRAME - int(KEEP * SAMPLE_RATE)
 
 
 def silence_windows(blocks: Iterator[np.ndarray]) -> Iterator[Window]:
