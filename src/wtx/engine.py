@@ -399,11 +399,9 @@ class Engine:
                 warnings.append(f"no ahead-of-time compile ({type(e).__name__}: {e}); compiling just in time")
                 self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
                 compiled_step = torch.compile(loop, fullgraph=True, dynamic=False)
-                self.step = compiled_step
-                self._warm_up()  # compiles (or loads) the encoder and both step graphs
         self.step = compiled_step
         self.steps_per_call = 1
-        if self.options.step_backend == "eager":
+        if precompiled is None:  # eager step, or compiled just in time: first calls compile (or load) the graphs
             self._warm_up()
         if self.device.type == "cuda" and self.options.cuda_graph:  # capture() warms each graph's code up
             self._capture_cuda_graph(compiled_step)
