@@ -39,8 +39,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--emulate-precision-casts", action="store_true",
                         help="Inductor rounds fused intermediates to the model dtype, as eager does")
+    parser.add_argument("--inductor", action="append", default=[], metavar="KEY=VALUE",
+                        help="diagnostic: set torch._inductor.config.KEY (true/false/integer), repeatable")
+    parser.add_argument("--step-backend", default="inductor",
+                        help="diagnostic: 'eager' compiles the encoder only and replays the eager step's kernels")
     parser.add_argument("--eager-fixed-batch", action="store_true",
                         help="diagnostic: pad the eager engine's batches to -b rows, as the compiled one does")
+    parser.add_argument("--eager-fixed-prefix", action="store_true",
+                        help="diagnostic: pad the eager engine's prefixes to the longest prompt, as CUDA graphs do")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -58,6 +64,12 @@ def main() -> int:
         import torch._inductor.config
 
         torch._inductor.config.emulate_precision_casts = True
+    for setting in args.inductor:
+        import torch._inductor.config
+
+        key, _, value = setting.partition("=")
+        parsed = {"true": True, "false": False}.get(value.lower(), value)
+        setattr(torch._inductor.config, key, int(parsed) if isinstance(parsed, str) else parsed)
     files = args.files or [SHARED / f for f in LONG_FILES]
     files = [f for f in files if f.is_file()]
     if not files:
@@ -65,12 +77,16 @@ def main() -> int:
         return 1
     options = dict(model=args.model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
     eager = Engine(EngineOptions(**options))
-    compiled = Engine(EngineOptions(**options, compile=True, strict=True))
+    compiled = Engine(EngineOptions(**options, compile=True, strict=True, step_backend=args.step_backend))
     if args.eager_fixed_batch:
         eager.fixed_batch = args.batch_size  # same GEMM shapes on both sides
+    if args.eager_fixed_prefix:
+        prefix = eager._prefix
+        eager._prefix = lambda prompts, n_rows, fixed: prefix(prompts, n_rows, True)
     report = {"model": args.model, "device": str(eager.device), "dtype": str(eager.dtype).removeprefix("torch."),
               "batch_size": args.batch_size, "torch": torch.__version__,
               "emulate_precision_casts": args.emulate_precision_casts, "eager_fixed_batch": args.eager_fixed_batch,
+              "eager_fixed_prefix": args.eager_fixed_prefix, "inductor": args.inductor, "step_backend": args.step_backend,
               "compile": {"source": compiled.compile_report.source, "seconds": compiled.compile_report.seconds},
               "files": []}  # fmt: skip
     for path in files:
@@ -78,10 +94,11 @@ def main() -> int:
         duration = probe_duration(str(path))
         reference, eager_s = transcribe(eager, windows, duration)
         candidate, compiled_s = transcribe(compiled, windows, duration)
-        same = sum(reference.get(i) == candidate.get(i) for i in reference)
+        differ = [i for i in reference if reference.get(i) != candidate.get(i)]
+        same = len(reference) - len(differ)
         wer = jiwer.wer(normalize(" ".join(reference.values())) or "-", normalize(" ".join(candidate.values())) or "-")
         row = {"file": path.name, "windows": len(reference), "identical_windows": same,
-               "identical_share": same / max(1, len(reference)), "wer_between": wer,
+               "identical_share": same / max(1, len(reference)), "differing_windows": differ, "wer_between": wer,
                "eager_s": eager_s, "compiled_s": compiled_s}  # fmt: skip
         report["files"].append(row)
         print(f"{path.name:32} identical {same}/{len(reference)} ({row['identical_share']:.1%}), "
