@@ -4,12 +4,14 @@
 check the scheduling in `Engine.transcribe_windows` alone, quickly and exactly.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from wtx.audio import N_SAMPLES, Window
-from wtx.decode import split_segments
+from wtx.decode import DecodingOptions, split_segments
 from wtx.engine import Engine, EngineOptions, WindowResult
 from wtx.model import ModelDimensions, Whisper
 
@@ -142,3 +144,12 @@ def test_stream_length_spreads_a_recording_over_the_rows(model):
     assert engine.stream_length(60) == 1
     assert engine.stream_length(None) == engine.options.stream_windows
     assert engine.stream_length(10 * 3600) == engine.options.stream_windows
+
+
+def test_engines_that_share_a_model_each_get_their_own_caches(model):
+    options = EngineOptions(model="random-tiny", device="cpu", batch_size=2, decoding=DecodingOptions(sample_len=4))
+    prompted = Engine(options, model=model)
+    alone = Engine(replace(options, condition_on_previous_text=False), model=model)
+    assert prompted.n_slots != alone.n_slots  # different cache lengths on one model
+    for engine, n in ((prompted, 2), (alone, 1), (prompted, 2)):  # the third call finds the second's caches
+        assert len(engine.decode_batch(windows(n), prompts=[[220] * 30] * n)) == n

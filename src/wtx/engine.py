@@ -234,7 +234,8 @@ class Engine:
         return best.expand(logits_at_sot.shape[0])
 
     def _loop(self, batch_size: int) -> GreedyLoop:
-        if self.loop is None or self.loop.sampled.shape[0] != batch_size:
+        shared = (self.model.batch_size, self.model.n_slots)  # another engine may share the model
+        if self.loop is None or self.loop.sampled.shape[0] != batch_size or shared != (batch_size, self.n_slots):
             self.model.setup_caches(batch_size, self.n_slots)
             self.loop = GreedyLoop(self.model.decoder, self.rules, batch_size, self.sample_len, self.device)
             self.step = self.loop
