@@ -60,16 +60,14 @@ def main() -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.emulate_precision_casts:
-        import torch._inductor.config
+    settings = args.inductor + (["emulate_precision_casts=true"] if args.emulate_precision_casts else [])
+    if settings:
+        import torch._inductor.config as inductor_config
 
-        torch._inductor.config.emulate_precision_casts = True
-    for setting in args.inductor:
-        import torch._inductor.config
-
-        key, _, value = setting.partition("=")
-        parsed = {"true": True, "false": False}.get(value.lower(), value)
-        setattr(torch._inductor.config, key, int(parsed) if isinstance(parsed, str) else parsed)
+        for setting in settings:
+            key, _, value = setting.partition("=")
+            parsed = {"true": True, "false": False}.get(value.lower(), value)
+            setattr(inductor_config, key, int(parsed) if isinstance(parsed, str) else parsed)
     files = args.files or [SHARED / f for f in LONG_FILES]
     files = [f for f in files if f.is_file()]
     if not files:

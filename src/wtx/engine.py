@@ -234,10 +234,11 @@ class Engine:
         return best.expand(logits_at_sot.shape[0])
 
     def _loop(self, batch_size: int) -> GreedyLoop:
-        shared = (self.model.batch_size, self.model.n_slots)  # another engine may share the model
-        if self.loop is not None and self.step is not self.loop and shared != (batch_size, self.n_slots):
+        # another engine may share the model and have reallocated its caches for other shapes
+        caches_fit = (self.model.batch_size, self.model.n_slots) == (batch_size, self.n_slots)
+        if self.loop is not None and self.step is not self.loop and not caches_fit:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
-        if self.loop is None or self.loop.sampled.shape[0] != batch_size or shared != (batch_size, self.n_slots):
+        if self.loop is None or self.loop.sampled.shape[0] != batch_size or not caches_fit:
             self.model.setup_caches(batch_size, self.n_slots)
             self.loop = GreedyLoop(self.model.decoder, self.rules, batch_size, self.sample_len, self.device)
             self.step = self.loop
