@@ -17,7 +17,10 @@ normalizer drops text in parentheses, which the narrators read aloud, so parenth
 reference are removed first and their words kept. Boundary
 errors: alignment errors whose hypothesis time lies within 1 s of a window boundary (windowed
 configurations only; word times are interpolated inside segments); beside them, how many of the
-file's errors would fall there by chance if they were spread evenly over its duration.
+file's errors would fall there by chance if they were spread evenly over its duration. Every row
+also counts its errors near the other configurations' boundaries (`errors_near`): stock
+transcribe()'s errors within 1 s of wtx's silence cuts say how many errors those times hold when
+nothing is cut there.
 """
 
 import argparse
@@ -100,6 +103,14 @@ def near_seconds(boundaries, duration):
     return covered
 
 
+def cross_count(reference: str, decoded: dict) -> None:
+    """Fills each row's errors_near[other]: its errors within 1 s of the other config's boundaries."""
+    for config, (row, segments, _) in decoded.items():
+        for other, (_, _, boundaries) in decoded.items():
+            if other != config and boundaries is not None and other not in row["errors_near"]:
+                row["errors_near"][other] = score(reference, segments, boundaries)["boundary_errors"]
+
+
 def run_config(config, engine, stock, audio_path):
     import torch
 
@@ -148,8 +159,10 @@ def markdown(rows, command):
         mrows = [r for r in rows if r["model"] == model]
         files = list(dict.fromkeys(r["file"] for r in mrows))
         configs = [c for c in CONFIGS if any(r["config"] == c for r in mrows)]
-        lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed (by chance) |",
-                  "|---|" + "---|" * (len(configs) + 1)]  # fmt: skip
+        control = "transcribe" in configs
+        extra = " transcribe() errors at the same times |" if control else ""
+        lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed (by chance) |" + extra,
+                  "|---|" + "---|" * (len(configs) + 1 + control)]  # fmt: skip
         for f in files:
             cells, b = [], {}
             for c in configs:
@@ -158,12 +171,17 @@ def markdown(rows, command):
                 if r and r["boundary_errors"] is not None:
                     chance = r.get("boundary_errors_by_chance")
                     b[c] = f"{r['boundary_errors']}" + (f" ({chance:.0f})" if chance is not None else "")
-            lines.append(f"| {f} | " + " | ".join(cells) + f" | {b.get('silence', '—')} / {b.get('fixed', '—')} |")
+            line = f"| {f} | " + " | ".join(cells) + f" | {b.get('silence', '—')} / {b.get('fixed', '—')} |"
+            if control:
+                t = next((r for r in mrows if r["file"] == f and r["config"] == "transcribe"), None)
+                near = (t or {}).get("errors_near", {})
+                line += f" {near.get('silence', '—')} / {near.get('fixed', '—')} |"
+            lines.append(line)
         avg = []
         for c in configs:
             vals = [r["wer"] for r in mrows if r["config"] == c]
             avg.append(f"{sum(vals) / len(vals):.2%}" if vals else "—")
-        lines += ["| **average** | " + " | ".join(avg) + " | |", ""]
+        lines += ["| **average** | " + " | ".join(avg) + " | |" + " |" * control, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -200,13 +218,16 @@ def main() -> int:
         engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=8))
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
+            decoded = {}  # config -> (row, segments, boundaries), for errors_near
             for config in args.configs.split(","):
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, engine, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
                 row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
-                       **score(reference.read_text(), segments, boundaries)}  # fmt: skip
+                       **score(reference.read_text(), segments, boundaries), "errors_near": {}}  # fmt: skip
                 rows.append(row)
+                decoded[config] = (row, segments, boundaries)
+                cross_count(reference.read_text(), decoded)
                 b = "" if row["boundary_errors"] is None else (
                     f", boundary errors {row['boundary_errors']} ({row['boundary_errors_by_chance']:.0f} by chance)")
                 print(f"{model:8} {audio.name:32} {config:10} WER {row['wer']:.2%}{b} ({row['seconds']:.0f} s)", flush=True)

@@ -168,3 +168,23 @@ def test_boundary_reach_counts_overlaps_once():
     assert eval_wer.near_seconds([10, 20, 20.5, 100], 100.5) == pytest.approx(6.0)
     assert eval_wer.near_seconds([0.5], 10) == pytest.approx(1.5)  # clipped at the start
     assert eval_wer.near_seconds([], 10) == 0.0
+
+
+def test_errors_near_counts_one_configs_errors_at_anothers_cuts():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_wer", ROOT / "scripts" / "eval_wer.py")
+    eval_wer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eval_wer)
+    reference = "one two three four five six"
+    # six words over 6 s: word i is timed at i + 0.5 s
+    cut = [(0.0, 6.0, "one two three four five six")], [2.5]  # no errors, a cut at 2.5 s
+    uncut = [(0.0, 6.0, "one two tree four five sex")], None  # errors at 2.5 s and 5.5 s, no cuts
+    decoded = {}
+    for config, (segments, boundaries) in {"silence": cut, "transcribe": uncut}.items():
+        row = {**eval_wer.score(reference, segments, boundaries), "errors_near": {}}
+        decoded[config] = (row, segments, boundaries)
+    eval_wer.cross_count(reference, decoded)
+    assert decoded["transcribe"][0]["errors_near"] == {"silence": 1}  # "tree", not "sex"
+    assert decoded["silence"][0]["errors_near"] == {}  # transcribe() has no cuts
+    assert decoded["silence"][0]["boundary_errors"] == 0
