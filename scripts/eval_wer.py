@@ -151,9 +151,9 @@ def run_config(config, engine, stock, audio_path):
     raise ValueError(config)
 
 
-def markdown(rows, command):
+def markdown(rows, command, batch_size=8):
     models = sorted({r["model"] for r in rows}, key=lambda m: ["tiny.en", "base"].index(m) if m in ("tiny.en", "base") else 9)
-    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (greedy, batch 8).",
+    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (greedy, batch {batch_size}).",
              "WER normalized with whisper's EnglishTextNormalizer; `boundary` counts alignment errors within 1 s of a window boundary.", ""]  # fmt: skip
     for model in models:
         mrows = [r for r in rows if r["model"] == model]
@@ -191,6 +191,7 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="from " + ",".join(CONFIGS))
     parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8, help="wtx's batch rows (streams) and stock decode's batch")
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
     parser.add_argument("--json", type=Path)
@@ -215,7 +216,7 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
-        engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=8))
+        engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=args.batch_size))
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
             decoded = {}  # config -> (row, segments, boundaries), for errors_near
@@ -235,7 +236,7 @@ def main() -> int:
                     args.json.write_text(json.dumps(rows, indent=2) + "\n")
     if args.markdown:
         command = "python scripts/eval_wer.py " + " ".join(sys.argv[1:])
-        args.markdown.write_text(markdown(rows, command.strip()))
+        args.markdown.write_text(markdown(rows, command.strip(), args.batch_size))
     return 0
 
 
