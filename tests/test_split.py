@@ -155,6 +155,8 @@ def test_wer_harness_runs_on_a_short_file(tmp_path):
     rows = json.loads((tmp_path / "acc.json").read_text())
     assert {r["config"] for r in rows} == {"silence", "fixed", "decode", "transcribe"}
     assert all(0 <= r["wer"] < 0.2 for r in rows)  # a clean 11 s clip: every configuration nearly right
+    stock = next(r for r in rows if r["config"] == "transcribe")
+    assert set(stock["errors_near"]) == {"silence", "fixed", "decode"}  # its errors at the others' cuts
     assert "| **average** |" in (tmp_path / "acc.md").read_text()
 
 
