@@ -160,12 +160,18 @@ def test_wer_harness_runs_on_a_short_file(tmp_path):
     assert "| **average** |" in (tmp_path / "acc.md").read_text()
 
 
-def test_boundary_reach_counts_overlaps_once():
+def load_eval_wer():
+    """scripts/eval_wer.py as a module (scripts/ is not a package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("eval_wer", ROOT / "scripts" / "eval_wer.py")
     eval_wer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(eval_wer)
+    return eval_wer
+
+
+def test_boundary_reach_counts_overlaps_once():
+    eval_wer = load_eval_wer()
     # 1 s either side: [9, 11], [19, 21.5] (two boundaries overlapping), [99, 100.5] (clipped at the end)
     assert eval_wer.near_seconds([10, 20, 20.5, 100], 100.5) == pytest.approx(6.0)
     assert eval_wer.near_seconds([0.5], 10) == pytest.approx(1.5)  # clipped at the start
@@ -173,11 +179,7 @@ def test_boundary_reach_counts_overlaps_once():
 
 
 def test_errors_near_counts_one_configs_errors_at_anothers_cuts():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_wer", ROOT / "scripts" / "eval_wer.py")
-    eval_wer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(eval_wer)
+    eval_wer = load_eval_wer()
     reference = "one two three four five six"
     # six words over 6 s: word i is timed at i + 0.5 s
     cut = [(0.0, 6.0, "one two three four five six")], [2.5]  # no errors, a cut at 2.5 s
