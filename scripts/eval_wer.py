@@ -164,17 +164,16 @@ def markdown(rows, command, batch_size=8):
         lines += [f"## {model}", "", "| file | " + " | ".join(configs) + " | boundary errors silence / fixed (by chance) |" + extra,
                   "|---|" + "---|" * (len(configs) + 1 + control)]  # fmt: skip
         for f in files:
-            cells, b = [], {}
+            cells, b, found = [], {}, {}
             for c in configs:
-                r = next((r for r in mrows if r["file"] == f and r["config"] == c), None)
+                r = found[c] = next((r for r in mrows if r["file"] == f and r["config"] == c), None)
                 cells.append(f"{r['wer']:.2%}" if r else "—")
                 if r and r["boundary_errors"] is not None:
                     chance = r.get("boundary_errors_by_chance")
                     b[c] = f"{r['boundary_errors']}" + (f" ({chance:.0f})" if chance is not None else "")
             line = f"| {f} | " + " | ".join(cells) + f" | {b.get('silence', '—')} / {b.get('fixed', '—')} |"
             if control:
-                t = next((r for r in mrows if r["file"] == f and r["config"] == "transcribe"), None)
-                near = (t or {}).get("errors_near", {})
+                near = (found["transcribe"] or {}).get("errors_near", {})
                 line += f" {near.get('silence', '—')} / {near.get('fixed', '—')} |"
             lines.append(line)
         avg = []
@@ -219,16 +218,17 @@ def main() -> int:
         engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=args.batch_size))
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
+            text = reference.read_text()
             decoded = {}  # config -> (row, segments, boundaries), for errors_near
             for config in args.configs.split(","):
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, engine, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
                 row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
-                       **score(reference.read_text(), segments, boundaries), "errors_near": {}}  # fmt: skip
+                       **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip
                 rows.append(row)
                 decoded[config] = (row, segments, boundaries)
-                cross_count(reference.read_text(), decoded)
+                cross_count(text, decoded)
                 b = "" if row["boundary_errors"] is None else (
                     f", boundary errors {row['boundary_errors']} ({row['boundary_errors_by_chance']:.0f} by chance)")
                 print(f"{model:8} {audio.name:32} {config:10} WER {row['wer']:.2%}{b} ({row['seconds']:.0f} s)", flush=True)
