@@ -188,7 +188,8 @@ def test_two_processes_share_output_and_cache_dirs(long_input, tmp_path):
         assert p.returncode == 0, err.decode()[-2000:]
     assert sorted(p.name for p in out_dir.iterdir()) == ["long.txt", "sample.txt"]
     models = tmp_path / "cache" / "models"
-    assert sorted(p.name for p in models.iterdir()) == ["tiny.en.pt", "tiny.en.pt.sha256"]
+    assert [p.name for p in models.iterdir()] == ["tiny.en"]
+    assert sorted(p.name for p in (models / "tiny.en").iterdir()) == ["checkpoint.pt", "checkpoint.pt.sha256"]
 
 
 def test_same_input_twice_at_once_never_corrupts(tmp_path, long_input):

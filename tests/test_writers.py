@@ -4,11 +4,14 @@ import re
 
 import pytest
 
+from pathlib import Path
+
+from wtx.inputs import Input
+from wtx.outputs import output_paths
 from wtx.writers import (
     Transcript,
     TimedText,
     format_timestamp,
-    output_paths,
     write_json,
     write_outputs,
     write_srt,
@@ -81,20 +84,33 @@ def test_cues_are_monotonic_and_do_not_overlap():
         assert s1 <= e1 <= s2 <= e2
 
 
-def test_write_outputs_is_atomic(tmp_path, monkeypatch):
+def test_write_outputs_is_atomic_and_all_or_nothing(tmp_path, monkeypatch):
     import wtx.writers as writers
 
     def broken(transcript, f):
         f.write("partial")
-        raise RuntimeError("disk full")
+        raise OSError(28, "No space left on device")
 
     monkeypatch.setitem(writers.WRITERS, "srt", broken)
-    paths = output_paths(str(tmp_path / "x.mp3"), ["srt"], None)
-    with pytest.raises(RuntimeError):
+    paths = output_paths(Input(str(tmp_path / "x.mp3"), Path("x")), ["txt", "srt", "json"], None)
+    with pytest.raises(OSError):
         write_outputs(transcript((0, 1, "hi")), paths)
-    assert list(tmp_path.iterdir()) == []  # no partial file, no temp file left behind
+    assert list(tmp_path.iterdir()) == []  # not x.txt alone: no file of the set, no temp file
+
+
+def test_outputs_honour_the_umask(tmp_path):
+    import os
+    import stat
+
+    paths = output_paths(Input(str(tmp_path / "x.mp3"), Path("x")), ["txt"], None)
+    old = os.umask(0o027)
+    try:
+        write_outputs(transcript((0, 1, "hi")), paths)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(paths["txt"].stat().st_mode) == 0o640
 
 
 def test_output_paths():
-    paths = output_paths("/data/book one.mp3", ["txt", "srt"], None)
+    paths = output_paths(Input("/data/book one.mp3", Path("book one")), ["txt", "srt"], None)
     assert [str(p) for p in paths.values()] == ["/data/book one.txt", "/data/book one.srt"]

@@ -5,19 +5,21 @@ The binary is the system's `ffmpeg`, else the one imageio-ffmpeg ships; where ne
 FFmpeg's libraries are used through PyAV if it is installed.
 """
 
+import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
 from itertools import chain
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from wtx.errors import AudioError, FFmpegMissing
+from wtx.names import display
 
 SAMPLE_RATE = 16000
 CHUNK_LENGTH = 30  # seconds per window
@@ -50,20 +52,45 @@ def ffmpeg_binary() -> str | None:
         return None
 
 
+PROTOCOLS = "file,pipe"  # all ffmpeg may open: never a URL, whatever a name or a playlist says
+
+
 def _display(source: str) -> str:
-    return "<stdin>" if source == STDIN else source
+    return "<stdin>" if source == STDIN else display(source)
+
+
+def is_pipe(source: str) -> bool:
+    """stdin, or a FIFO or character device such as bash's <(...): read once, in order."""
+    if source == STDIN:
+        return True
+    try:
+        mode = os.stat(source).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
+
+
+def is_readable_input(source: str) -> bool:
+    """A regular file, or a pipe (see is_pipe)."""
+    return source == STDIN or os.path.isfile(source) or is_pipe(source)
+
+
+def ffmpeg_url(source: str) -> str:
+    """What ffmpeg is given for `source`: the local file itself, never a name read as a URL
+    (`http://...` names a file in a folder called `http:` here)."""
+    return "pipe:0" if source == STDIN else "file:" + os.path.abspath(source)
 
 
 def probe_duration(source: str) -> float | None:
-    """Duration in seconds from the container header, or None where unknown (stdin, no header)."""
-    if source == STDIN:
+    """Duration in seconds from the container header, or None where unknown (pipes, no header)."""
+    if is_pipe(source):
         return None
     binary = ffmpeg_binary()
     if binary is None:
         return _pyav_duration(source)
     result = subprocess.run(
-        [binary, "-hide_banner", "-nostdin", "-i", source], capture_output=True, text=True,
-        errors="replace",
+        [binary, "-hide_banner", "-nostdin", "-protocol_whitelist", PROTOCOLS, "-i", ffmpeg_url(source)],
+        capture_output=True, text=True, errors="replace",
     )  # fmt: skip
     match = re.search(r"Duration: (\d+):(\d\d):(\d\d(?:\.\d+)?)", result.stderr)
     if not match:
@@ -76,7 +103,7 @@ def _pyav_duration(source: str) -> float | None:
     try:
         import av
 
-        with av.open(source) as container:
+        with av.open(ffmpeg_url(source), options={"protocol_whitelist": PROTOCOLS}) as container:
             return container.duration / 1e6 if container.duration else None
     except Exception:
         return None
@@ -87,11 +114,12 @@ def _ffmpeg_reason(stderr: bytes) -> str:
     return lines[-1] if lines else "ffmpeg failed without a message"
 
 
-def _ffmpeg_stream(binary: str, source: str, block: int) -> Iterator[np.ndarray]:
-    """Yields float32 blocks of `block` samples (the last one shorter) from an ffmpeg pipe."""
+def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) -> Iterator[np.ndarray]:
+    """Yields float32 blocks of `block` samples (the last one shorter) from an ffmpeg pipe.
+    What ffmpeg reported about a file it could still decode goes into `warnings`."""
     cmd = [
         binary, "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "0",
-        "-i", "pipe:0" if source == STDIN else source,
+        "-protocol_whitelist", PROTOCOLS, "-i", ffmpeg_url(source),
         "-vn", "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
     ]  # fmt: skip
     if source == STDIN:
@@ -113,9 +141,11 @@ def _ffmpeg_stream(binary: str, source: str, block: int) -> Iterator[np.ndarray]
             yield np.frombuffer(buf, dtype=np.float32, count=got // 4)
         proc.wait()
         drain.join()
+        reason = _ffmpeg_reason(b"".join(stderr_chunks))
         if proc.returncode != 0:
-            reason = _ffmpeg_reason(b"".join(stderr_chunks))
             raise AudioError(f"{_display(source)}: ffmpeg cannot decode it: {reason}")
+        if b"".join(stderr_chunks).strip():
+            warnings.append(f"{_display(source)}: ffmpeg reported decoding errors: {reason}")
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -131,7 +161,10 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
             "no ffmpeg found: install it (apt-get install ffmpeg) or pip install imageio-ffmpeg"
         ) from e
     try:
-        container = av.open(sys.stdin.buffer if source == STDIN else source)
+        if source == STDIN:
+            container = av.open(sys.stdin.buffer)
+        else:
+            container = av.open(ffmpeg_url(source), options={"protocol_whitelist": PROTOCOLS})
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         # samples not yet emitted, as bytes: a frame's plane is copied straight in, which costs
         # less than a to_ndarray() per frame (an MP3 frame at 16 kHz holds only 576 samples)
@@ -160,13 +193,14 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
         raise AudioError(f"{_display(source)}: cannot decode it: {reason}") from e
 
 
-def stream_samples(source: str, block: int = N_SAMPLES) -> Iterator[np.ndarray]:
-    """16 kHz mono float32 samples of `source` (a path or '-'), in blocks of `block` samples."""
-    if source != STDIN and not Path(source).is_file():
-        raise AudioError(f"{source}: no such file")
+def stream_samples(source: str, block: int = N_SAMPLES, warnings: list[str] | None = None) -> Iterator[np.ndarray]:
+    """16 kHz mono float32 samples of `source` (a path, a pipe or '-'), in blocks of `block`
+    samples. Problems in a file that still decoded are appended to `warnings`."""
+    if not is_readable_input(source):
+        raise AudioError(f"{_display(source)}: no such file")
     binary = ffmpeg_binary()
     if binary is not None:
-        return _ffmpeg_stream(binary, source, block)
+        return _ffmpeg_stream(binary, source, block, [] if warnings is None else warnings)
     return _pyav_stream(source, block)
 
 

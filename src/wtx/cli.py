@@ -49,14 +49,40 @@ def _parse_formats(value: str) -> list[str]:
 
 
 def _check_inputs(inputs: list[str]) -> None:
-    """Usage errors (exit 2): stdin twice, or a plain path that does not exist."""
+    """Usage errors (exit 2): stdin twice, or a path on the command line that does not exist.
+    (Paths read from --from-list are checked one by one later: a missing one fails alone.)"""
     import glob
+
+    from wtx.names import display
 
     if inputs.count("-") > 1:
         raise typer.BadParameter("'-' (stdin) can be given only once", param_hint="FILES")
     for source in inputs:
         if source != "-" and not Path(source).exists() and not glob.has_magic(source):
-            raise typer.BadParameter(f"{source}: no such file", param_hint="FILES")
+            raise typer.BadParameter(f"{display(source)}: no such file", param_hint="FILES")
+
+
+def _check_device(device: str | None) -> None:
+    """Usage errors (exit 2) for a device this torch cannot use, saying which ones it can."""
+    import re
+
+    if device is None:
+        return
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise typer.BadParameter(f"{device!r} is not a device; choose cpu, cuda or cuda:N", param_hint="--device")
+    if device == "cpu":
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(device.partition(":")[2] or 0)
+    if count == 0:
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA device is visible"
+        raise typer.BadParameter(f"{device}: {why} (torch {torch.__version__}); the available device is cpu",
+                                 param_hint="--device")  # fmt: skip
+    if index >= count:
+        choices = ", ".join(["cpu", "cuda"] + [f"cuda:{i}" for i in range(count)])
+        raise typer.BadParameter(f"{device}: there are {count} CUDA devices; choose {choices}", param_hint="--device")
 
 
 @app.command()
@@ -66,8 +92,8 @@ def transcribe(
     skip_existing: Annotated[bool, typer.Option("--skip-existing", help="Skip inputs whose output files all exist already.")] = False,
     resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Journal finished windows next to the outputs and resume an interrupted run from them.")] = True,
     model: Annotated[str, typer.Option("--model", "-m", help="tiny.en or base (bundled), an openai-whisper name in ~/.cache/whisper, or a .pt path.")] = "tiny.en",
-    output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Directory for the output files (default: next to each input); '-' streams plain text to stdout.")] = None,
-    output_format: Annotated[str, typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all.")] = "txt,srt",
+    output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Directory for the output files (default: next to each input); '-' writes each transcript to stdout, in one format (files separated by a blank line).")] = None,
+    output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all (default: txt,srt; with -o -, one format, default txt).", show_default=False)] = None,
     language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language code (e.g. en, de). Default: English for .en models, detected once per file otherwise.")] = None,
     task: Annotated[str, typer.Option("--task", help="transcribe, or translate (to English; multilingual models only).")] = "transcribe",
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows decoded together. Larger is faster on GPUs.")] = 8,
@@ -85,6 +111,7 @@ def transcribe(
     from wtx.inputs import expand, read_list
 
     files = list(files or [])
+    _check_inputs(files)
     if from_list is not None:
         if from_list == "-" and "-" in files:
             raise typer.BadParameter("stdin cannot be both an input and the list", param_hint="--from-list")
@@ -94,15 +121,17 @@ def transcribe(
             raise typer.BadParameter(f"{from_list}: {e.strerror or e}", param_hint="--from-list") from e
     if not files:
         raise typer.BadParameter("give at least one input (a file, directory, pattern, '-' or --from-list)", param_hint="FILES")
-    _check_inputs(files)
-    formats = _parse_formats(output_format)
+    to_stdout = output_dir == "-"
+    formats = _parse_formats(output_format or ("txt" if to_stdout else "txt,srt"))
+    if to_stdout and len(formats) > 1:
+        raise typer.BadParameter("with -o - (stdout) choose one format", param_hint="--format")
     if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
         raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
     if task not in ("transcribe", "translate"):
         raise typer.BadParameter("choose transcribe or translate", param_hint="--task")
     if split not in ("silence", "fixed"):
         raise typer.BadParameter("choose silence or fixed", param_hint="--split")
-    to_stdout = output_dir == "-"
+    _check_device(device)
     out = None if output_dir in (None, "-") else Path(output_dir)
 
     from wtx.transcribe import Job, run_transcribe
@@ -143,9 +172,10 @@ def bench(
         expanded = expand(files)
         if expanded.problems:
             raise typer.BadParameter("; ".join(expanded.problems), param_hint="FILES")
-        files = expanded.inputs
+        files = [i.path for i in expanded.inputs]
     if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
         raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
+    _check_device(device)
     from wtx.bench_job import run_bench
 
     code = run_bench(
@@ -189,6 +219,12 @@ def cache_clear(
 
 
 def main() -> None:
+    import signal
+
+    def terminated(signum, frame):
+        raise SystemExit(143)  # before a command installs its own handler: nothing to keep
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         app()
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from wtx import __version__
 from wtx.atomic import atomic_path
-from wtx.paths import cache_dir
+from wtx.paths import cache_dir, check_trusted, private_dir
 
 SUBDIRS = ("compiled", "inductor", "triton")
 
@@ -28,10 +28,15 @@ loads: Counter = Counter()  # what this process loaded from disk: "bundle", "fun
 
 
 def configure() -> None:
-    """Points Inductor and Triton at the wtx cache (unless the user chose their own dirs)."""
+    """Points Inductor and Triton at the wtx cache (unless the user chose their own dirs).
+
+    The folders are created private and checked first: Inductor's caches and ours hold code
+    that runs when loaded, so a cache others can write is refused (UntrustedCache)."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     root = cache_dir()
+    for name in SUBDIRS:
+        private_dir(root / name)
     # torch fills TORCHINDUCTOR_CACHE_DIR with its default on first use; only a user's own choice stays
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
@@ -127,6 +132,7 @@ def load_bundle(key: str) -> bool:
     path = bundle_path(key)
     if not path.is_file():
         return False
+    check_trusted(path)
     try:
         info = torch.compiler.load_cache_artifacts(path.read_bytes())
     except Exception as e:
@@ -147,7 +153,7 @@ def save_bundle(key: str) -> Path | None:
         return None
     data, _ = result
     path = bundle_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
     return path
@@ -160,7 +166,7 @@ def function_path(key: str, name: str) -> Path:
 def save_function(key: str, name: str, compiled) -> Path:
     """Saves an ahead-of-time compiled function (the result of `.aot_compile()`), atomically."""
     path = function_path(key, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     with atomic_path(path) as tmp:
         compiled.save_compiled_function(str(tmp))
     return path
@@ -174,6 +180,7 @@ def load_function(key: str, name: str):
     path = function_path(key, name)
     if not path.is_file():
         return None
+    check_trusted(path)
     try:
         with path.open("rb") as f:
             function = torch.compiler.load_compiled_function(f)

@@ -35,6 +35,7 @@ from wtx.decode import (
     split_segments,
     stretches_timestamps,
 )
+from wtx.errors import UntrustedCache
 from wtx.features import log_mel_spectrogram
 from wtx.prefetch import prefetch
 from wtx.model import Whisper, load_model
@@ -372,6 +373,8 @@ class Engine:
         try:
             with compile_cache.in_process(loaded and saved):  # only loading: no compile workers
                 precompiled = self._build_compiled(options.batch_size, key, warnings)
+        except UntrustedCache:
+            raise
         except Exception as e:
             if options.strict:
                 raise CompileError(f"torch.compile failed: {type(e).__name__}: {e}") from e
@@ -399,6 +402,8 @@ class Engine:
         if self.options.step_backend == "inductor":
             try:
                 precompiled, compiled_step = self._ahead_of_time(key, loop, warnings)
+            except UntrustedCache:
+                raise
             except Exception as e:  # an older torch, or one that cannot serialize this graph
                 warnings.append(f"no ahead-of-time compile ({type(e).__name__}: {e}); compiling just in time")
                 self.encoder = torch.compile(self.model.encoder, fullgraph=True, dynamic=False)
@@ -540,9 +545,12 @@ class Engine:
         return max(1, min(self.options.stream_windows, math.ceil(windows / self.options.batch_size)))
 
     def transcribe_windows(
-        self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None
+        self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None,
+        ordered: bool = True,
     ) -> Iterator[WindowResult]:
-        """Decodes a recording's windows in batches; yields one result per window, in order.
+        """Decodes a recording's windows in batches; yields one result per window, in window
+        order, or with `ordered=False` as soon as each is complete (so a caller can journal it
+        at once: rows work on different stretches of the recording).
 
         Each batch row is a stream: it takes the windows of one chunk (`stream_length(duration)`
         consecutive window indices) and decodes them in turn, prompting each with the text of the
@@ -576,7 +584,14 @@ class Engine:
             for stream, item, result in zip(active, batch, results):
                 self._advance(stream, item, result)
             while entries and entries[0]["open"] == 0:
-                yield entries.popleft()["result"]
+                entry = entries.popleft()
+                if not entry.get("yielded"):
+                    yield entry["result"]
+            if not ordered:
+                for entry in entries:
+                    if entry["open"] == 0 and not entry.get("yielded"):
+                        entry["yielded"] = True
+                        yield entry["result"]
 
     def _stream(self, chunk: list[Window], span: int, entries: deque, prompts: dict[int, list[int]]) -> "_Stream | None":
         """A row's stream over one chunk; a chunk a resumed run picks up midway keeps its prompt."""

@@ -19,3 +19,7 @@ class AudioError(WtxError):
 
 class FFmpegMissing(WtxError):
     pass
+
+
+class UntrustedCache(WtxError):
+    """A cache folder or file that someone else could have written: never loaded."""

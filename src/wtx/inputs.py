@@ -1,11 +1,19 @@
-"""Turning what the user named (files, directories, globs, list files) into input paths."""
+"""Turning what the user named (files, directories, globs, list files) into inputs.
+
+Each input remembers where it came from: a file found in a directory keeps its path below
+that directory, so its outputs can mirror the folder layout under `-o`. The same file named
+twice (`a.mp3`, `./a.mp3`, a link to it) is one input. Pipes and FIFOs (bash's `<(...)`) are
+inputs like stdin.
+"""
 
 import glob
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from wtx.audio import STDIN
+from wtx.audio import STDIN, is_pipe
+from wtx.names import display
 
 MEDIA_EXTENSIONS = frozenset(
     ".mp3 .wav .flac .ogg .oga .opus .m4a .m4b .aac .wma .aiff .aif .amr .webm .mka "
@@ -14,42 +22,61 @@ MEDIA_EXTENSIONS = frozenset(
 
 
 @dataclass(frozen=True)
+class Input:
+    path: str  # what to read: a file, a pipe, or '-' for stdin
+    relative: Path  # its outputs' stem below -o: the file's stem, or its path inside a named folder
+
+
+@dataclass(frozen=True)
 class Expanded:
-    inputs: list[str]  # files to transcribe, in order, without duplicates
+    inputs: list[Input]  # in order, each file once
     problems: list[str]  # one line each: names that gave no input (missing, empty directory)
 
 
-def _directory(path: Path) -> list[str]:
+def _stem(path: Path) -> Path:
+    return path.with_name(path.stem)
+
+
+def _directory(path: Path) -> list[Input]:
     found = [p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in MEDIA_EXTENSIONS]
-    return [str(p) for p in sorted(found)]
+    return [Input(str(p), _stem(p.relative_to(path))) for p in sorted(found)]
 
 
 def read_list(list_file: str) -> list[str]:
     """One path per line ('-' reads stdin); blank lines and lines starting with # are ignored."""
-    text = sys.stdin.read() if list_file == "-" else Path(list_file).read_text(encoding="utf-8")
+    if list_file == "-":
+        text = sys.stdin.read()
+    else:
+        text = Path(list_file).read_bytes().decode("utf-8", "surrogateescape")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
 
 
+def _identity(source: str) -> str:
+    return source if source == STDIN else os.path.realpath(source)
+
+
 def expand(names: list[str]) -> Expanded:
-    inputs: list[str] = []
+    inputs: list[Input] = []
     problems: list[str] = []
     for name in names:
-        if name == STDIN:
-            inputs.append(name)
-            continue
         path = Path(name)
-        if path.is_dir():
+        if name == STDIN:
+            inputs.append(Input(name, Path("stdin")))
+        elif path.is_dir():
             found = _directory(path)
             if not found:
-                problems.append(f"{name}: directory holds no audio or video files")
+                problems.append(f"{display(name)}: directory holds no audio or video files")
             inputs.extend(found)
-        elif path.is_file():
-            inputs.append(name)
+        elif path.is_file() or is_pipe(name):
+            inputs.append(Input(name, Path(path.stem)))
         elif glob.has_magic(name):
             matches = sorted(p for p in glob.glob(name, recursive=True) if Path(p).is_file())
             if not matches:
-                problems.append(f"{name}: pattern matches no files")
-            inputs.extend(matches)
+                problems.append(f"{display(name)}: pattern matches no files")
+            inputs.extend(Input(p, Path(Path(p).stem)) for p in matches)
         else:
-            problems.append(f"{name}: no such file")
-    return Expanded(list(dict.fromkeys(inputs)), problems)
+            problems.append(f"{display(name)}: no such file")
+    unique: dict[str, Input] = {}
+    for item in inputs:
+        unique.setdefault(_identity(item.path), item)
+    return Expanded(list(unique.values()), problems)

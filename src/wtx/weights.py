@@ -9,15 +9,16 @@ Resolution order for `--model NAME`:
 Every checkpoint is loaded with `torch.load(weights_only=True)`.
 """
 
+import errno
 import hashlib
 import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from wtx.atomic import atomic_path
-from wtx.errors import ModelNotFound, WeightsMismatch
-from wtx.paths import cache_dir, whisper_cache_dir
+from wtx.errors import ModelNotFound, WeightsMismatch, WtxError
+from wtx.paths import cache_dir, check_trusted, private_dir, whisper_cache_dir
 
 DEFAULT_MODEL = "tiny.en"
 
@@ -83,12 +84,25 @@ def _bundled_sources(model: BundledModel) -> tuple[list[Path], Path] | None:
     return parts, config
 
 
+CONVERTED = "checkpoint.pt"  # inside models/<name>/, beside CONVERTED + ".sha256"
+
+
 def _converted_path(name: str) -> Path:
-    return cache_dir() / "models" / f"{name}.pt"
+    return cache_dir() / "models" / name / CONVERTED
+
+
+def _stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
 
 
 def _write_converted(model: BundledModel, parts: list[Path], config: Path, dst: Path) -> None:
+    """Converts the bundled weights and publishes the checkpoint and its sha256 stamp as one
+    unit: both are written into a private temporary folder that is renamed into place. When
+    another process published first, its folder stands and ours is dropped (the conversion is
+    deterministic: both hold the same bytes)."""
     import io
+    import shutil
+    import tempfile
 
     import torch
 
@@ -105,24 +119,41 @@ def _write_converted(model: BundledModel, parts: list[Path], config: Path, dst: 
     _, variables, _ = read_ct2(io.BytesIO(data))
     heads = json.loads(config.read_text()).get("alignment_heads")
     checkpoint = ct2_to_whisper(variables, heads)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(dst) as tmp:
-        torch.save(checkpoint, tmp)
-    digest = sha256_of([dst])
-    with atomic_path(dst.with_suffix(".pt.sha256")) as tmp:
-        tmp.write_text(digest + "\n")
+    folder = private_dir(dst.parent.parent)
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{dst.parent.name}.", dir=folder))
+        try:
+            torch.save(checkpoint, staging / dst.name)
+            _stamp(staging / dst.name).write_text(sha256_of([staging / dst.name]) + "\n")
+            for path in staging.iterdir():
+                with open(path, "rb") as f:
+                    os.fsync(f.fileno())
+            try:
+                os.rename(staging, dst.parent)
+            except OSError as e:
+                if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as e:
+        raise WtxError(
+            f"{folder}: cannot write the converted {model.name} checkpoint there ({e.strerror or e}); "
+            f"make the folder writable or set WTX_CACHE_DIR to another folder"
+        ) from e
 
 
 def _verified_converted(name: str) -> Path | None:
     """The cached conversion, if present and matching the hash recorded when it was written."""
     path = _converted_path(name)
-    stamp = path.with_suffix(".pt.sha256")
+    stamp = _stamp(path)
     if not (path.is_file() and stamp.is_file()):
         return None
+    check_trusted(stamp)
+    check_trusted(path)
     if sha256_of([path]) != stamp.read_text().strip():
         raise WeightsMismatch(
             f"{path}: the converted checkpoint does not match its recorded sha256 (tampered or "
-            f"damaged). Delete it (wtx cache clear) and run again to reconvert."
+            f"damaged). Remove it with 'wtx cache clear --models' and run again to reconvert."
         )
     return path
 
@@ -141,7 +172,9 @@ def resolve(name: str) -> Path:
         sources = _bundled_sources(model)
         if sources is not None:
             _write_converted(model, *sources, _converted_path(name))
-            return _converted_path(name)
+            if (path := _verified_converted(name)) is None:
+                raise WtxError(f"{_converted_path(name).parent}: the converted checkpoint vanished; run again")
+            return path
     downloaded = whisper_cache_dir() / f"{name}.pt"
     if downloaded.is_file():
         return downloaded

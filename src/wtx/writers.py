@@ -3,6 +3,7 @@
 Writers take a file handle and a Transcript; `write_outputs` places the files atomically.
 """
 
+import io
 import json
 import textwrap
 from collections.abc import Callable, Sequence
@@ -10,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from wtx.atomic import atomic_write
+from wtx.atomic import atomic_paths, public_mode
+from wtx.names import display
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
 DEFAULT_FORMATS = ("txt", "srt")
@@ -135,7 +137,7 @@ def write_tsv(transcript: Transcript, f: TextIO) -> None:
 
 def write_json(transcript: Transcript, f: TextIO) -> None:
     payload = {
-        "source": transcript.source,
+        "source": display(transcript.source),
         "duration": round(transcript.duration, 3),
         "language": transcript.language,
         "text": transcript.text,
@@ -157,20 +159,21 @@ WRITERS: dict[str, Callable[[Transcript, TextIO], None]] = {
 }
 
 
-def output_paths(source: str, formats: Sequence[str], output_dir: Path | None) -> dict[str, Path]:
-    """Where each format goes: next to the input, or into output_dir (stdin: 'stdin.<fmt>')."""
-    src = Path(source)
-    stem = "stdin" if source == "-" else src.stem
-    folder = output_dir if output_dir is not None else (Path.cwd() if source == "-" else src.parent)
-    return {fmt: folder / f"{stem}.{fmt}" for fmt in formats}
+def render(transcript: Transcript, fmt: str) -> str:
+    """One format's text, as it would be written to its file."""
+    buffer = io.StringIO(newline="")
+    WRITERS[fmt](transcript, buffer)
+    return buffer.getvalue()
 
 
 def write_outputs(transcript: Transcript, paths: dict[str, Path]) -> list[Path]:
-    """Writes every format atomically: a file appears only when complete."""
-    written = []
-    for fmt, path in paths.items():
+    """Writes every format as one set: all files appear (atomically, with the permissions the
+    umask gives new files) or, when any of them fails (a full disk), none does."""
+    for path in paths.values():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_write(path) as f:
-            WRITERS[fmt](transcript, f)
-        written.append(path)
-    return written
+    targets = list(paths.values())
+    with atomic_paths(targets, mode=public_mode()) as temporaries:
+        for fmt, tmp in zip(paths, temporaries):
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                f.write(render(transcript, fmt))
+    return targets

@@ -1,0 +1,351 @@
+"""The hardening issue's reproduced bugs, one test (or more) each; docs/robustness.md lists them.
+
+Unit tests run in milliseconds; the end-to-end ones run wtx as a process on short clips.
+"""
+
+import http.server
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE, make_wav, run_wtx
+from wtx.audio import ffmpeg_binary
+from wtx.errors import UntrustedCache, WtxError
+from wtx.inputs import Input, expand
+from wtx.journal import Entry, Journal, journal_path
+from wtx.names import fits
+from wtx.outputs import plan_outputs
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run([ffmpeg_binary(), "-nostdin", "-loglevel", "error", "-y", *args], check=True)
+
+
+def clip(path: Path, start: float, seconds: float = 6.0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ffmpeg("-ss", str(start), "-t", str(seconds), "-i", str(SAMPLE), "-c:a", "libmp3lame", "-b:a", "48k", str(path))
+    return path
+
+
+IDENTITY = {"version": 3, "source": "/x.mp3", "size": 1, "mtime_ns": 1, "config": "c"}
+
+
+# 1. the journal follows symlinks -------------------------------------------------------------
+
+
+def test_journal_refuses_a_symlink_and_leaves_its_target_alone(tmp_path):
+    target = tmp_path / "bashrc"
+    target.write_text("precious\n")
+    link = tmp_path / ".talk.wtx-journal"
+    link.symlink_to(target)
+    with pytest.raises(WtxError, match="symbolic link"):
+        Journal(link, IDENTITY)
+    assert target.read_text() == "precious\n"
+    assert link.is_symlink()
+
+
+def test_journal_is_created_private(tmp_path):
+    old = os.umask(0)
+    try:
+        journal = Journal(tmp_path / ".j.wtx-journal", IDENTITY)
+    finally:
+        os.umask(old)
+    journal.close()
+    assert stat.S_IMODE((tmp_path / ".j.wtx-journal").stat().st_mode) == 0o600
+
+
+# 2. inputs with the same name share outputs ---------------------------------------------------
+
+
+def test_same_named_inputs_get_distinct_outputs_in_the_order_given(tmp_path):
+    items = [Input(str(tmp_path / d / "talk.mp3"), Path("talk")) for d in ("a", "b", "c")]
+    plan = plan_outputs(items, ["txt"], tmp_path / "out")
+    names = [plan.paths[i.path]["txt"].name for i in items]
+    assert names == ["talk.txt", "talk-2.txt", "talk-3.txt"]
+    assert len(plan.notes) == 2 and "b/talk.mp3" in plan.notes[0]
+
+
+def test_folder_inputs_mirror_their_layout_under_the_output_folder(tmp_path):
+    for rel in ("author1/book.mp3", "author2/book.mp3", "book.mp3"):
+        (tmp_path / "lib" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "lib" / rel).write_bytes(b"")
+    expanded = expand([str(tmp_path / "lib")])
+    plan = plan_outputs(expanded.inputs, ["txt"], tmp_path / "out")
+    got = sorted(str(p["txt"].relative_to(tmp_path / "out")) for p in plan.paths.values())
+    assert got == ["author1/book.txt", "author2/book.txt", "book.txt"]
+    assert plan.notes == []
+
+
+def test_same_stem_beside_each_other_without_output_folder(tmp_path):
+    items = [Input(str(tmp_path / f"talk.{ext}"), Path("talk")) for ext in ("mp3", "wav")]
+    plan = plan_outputs(items, ["txt"], None)
+    assert [plan.paths[i.path]["txt"].name for i in items] == ["talk.txt", "talk-2.txt"]
+
+
+@pytest.mark.slow
+def test_two_talks_from_two_folders_both_survive(tmp_path):
+    a = clip(tmp_path / "a" / "talk.mp3", 0)
+    b = clip(tmp_path / "b" / "talk.mp3", 13)
+    out = run_wtx("transcribe", str(a), str(b), "-o", str(tmp_path / "out"), "-f", "txt")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    first = (tmp_path / "out" / "talk.txt").read_text()
+    second = (tmp_path / "out" / "talk-2.txt").read_text()
+    assert first.strip() and second.strip() and first != second
+    assert b"talk-2" in out.stderr  # said on stderr, never silently
+
+
+# 3. two processes converting the bundled model ------------------------------------------------
+
+
+def test_conversion_is_deterministic_and_published_as_one_folder(tmp_path, monkeypatch):
+    from wtx import weights
+
+    paths = []
+    for name in ("one", "two"):
+        monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path / name))
+        paths.append(weights.resolve("tiny.en"))
+    assert weights.sha256_of([paths[0]]) == weights.sha256_of([paths[1]])  # temp names never leak in
+    assert sorted(p.name for p in paths[0].parent.iterdir()) == ["checkpoint.pt", "checkpoint.pt.sha256"]
+
+
+def test_a_conversion_that_loses_the_race_keeps_the_winners_pair(tmp_path, monkeypatch):
+    from wtx import weights
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    winner = weights.resolve("tiny.en")
+    before = winner.stat().st_ino
+    model = weights.BUNDLED["tiny.en"]
+    weights._write_converted(model, *weights._bundled_sources(model), winner)  # a late second process
+    assert winner.stat().st_ino == before
+    assert weights.resolve("tiny.en") == winner  # verified: checkpoint and stamp from one process
+    assert [p.name for p in (tmp_path / "models").iterdir()] == ["tiny.en"]  # no staging left
+
+
+@pytest.mark.slow
+def test_racing_processes_never_leave_a_tampered_cache(tmp_path):
+    env = {**os.environ, "WTX_CACHE_DIR": str(tmp_path)}
+    code = "from wtx import weights; weights.resolve('tiny.en')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for _ in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err.decode()[-2000:]
+    check = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    assert check.returncode == 0, check.stderr.decode()[-2000:]
+
+
+# 4. names that are not UTF-8 ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_name_that_is_not_utf8_works_and_the_rest_run(tmp_path):
+    folder = tmp_path / "in"
+    good = clip(folder / "good.mp3", 0)
+    odd = os.fsdecode(bytes(folder) + b"/caf\xe9.mp3")
+    os.link(good, odd)
+    clip(folder / "later.mp3", 13)
+    out = run_wtx("transcribe", str(folder), "-o", str(tmp_path / "out"), "-f", "all", "--no-resume")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    names = os.listdir(os.fsencode(tmp_path / "out"))
+    for fmt in ("txt", "srt", "vtt", "json", "tsv"):
+        assert b"caf\xe9." + fmt.encode() in names
+    assert b"later.txt" in names
+    payload = json.loads((tmp_path / "out" / "later.json").read_text())
+    assert payload["text"]
+    odd_json = json.loads(Path(os.fsdecode(bytes(tmp_path / "out") + b"/caf\xe9.json")).read_text())
+    assert odd_json["source"].endswith("caf\ufffd.mp3")  # valid UTF-8 JSON, the odd byte shown as U+FFFD
+    assert not [n for n in names if n.endswith(b"-journal")]
+
+
+# 5. loading planted compiled artifacts ---------------------------------------------------------
+
+
+def test_a_cache_others_can_write_is_refused(tmp_path, monkeypatch):
+    from wtx import compile_cache
+
+    root = tmp_path / "cache"
+    (root / "compiled").mkdir(parents=True)
+    planted = root / "compiled" / "key.encoder.fn"
+    planted.write_bytes(b"not to be unpickled")
+    monkeypatch.setenv("WTX_CACHE_DIR", str(root))
+    root.chmod(0o777)
+    with pytest.raises(UntrustedCache, match="writable by others"):
+        compile_cache.load_function("key", "encoder")
+    root.chmod(0o700)
+    planted.chmod(0o666)
+    with pytest.raises(UntrustedCache, match="chmod go-w"):
+        compile_cache.load_function("key", "encoder")
+    planted.chmod(0o600)
+    os.chown(planted, 65534, 65534) if os.getuid() == 0 else None
+    if os.getuid() == 0:
+        with pytest.raises(UntrustedCache, match="owned by user id 65534"):
+            compile_cache.load_function("key", "encoder")
+
+
+def test_converted_weights_get_the_same_check(tmp_path, monkeypatch):
+    from wtx import weights
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    path = weights.resolve("tiny.en")
+    path.parent.chmod(0o777)
+    with pytest.raises(UntrustedCache):
+        weights.resolve("tiny.en")
+
+
+def test_new_cache_folders_are_private(tmp_path, monkeypatch):
+    from wtx.paths import private_dir
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path / "c"))
+    old = os.umask(0)
+    try:
+        private_dir(tmp_path / "c" / "compiled")
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "c", tmp_path / "c" / "compiled"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+# 6. a corrupt journal -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("junk", [b"\xff\xfe\x00binary junk\n", b'{"version": 3}\n{"index": 1}\n{"x": 2}\n', b"[]\n"])
+def test_a_corrupt_journal_is_set_aside_and_the_input_starts_afresh(tmp_path, junk):
+    path = tmp_path / ".talk.wtx-journal"
+    path.write_bytes(junk)
+    journal = Journal(path, IDENTITY)
+    assert journal.entries == {} and journal.set_aside is not None
+    assert journal.set_aside.read_bytes() == junk  # kept for inspection
+    journal.append(Entry(0, 0.0, 1.0, "en", [(0.0, 1.0, "hi")]))
+    journal.close()
+    again = Journal(path, IDENTITY)
+    assert list(again.entries) == [0] and again.set_aside is None
+    again.close()
+
+
+def test_a_last_line_cut_short_by_a_crash_is_dropped_quietly(tmp_path):
+    path = tmp_path / ".talk.wtx-journal"
+    journal = Journal(path, IDENTITY)
+    journal.append(Entry(0, 0.0, 1.0, "en", [(0.0, 1.0, "hi")]))
+    journal.close()
+    with open(path, "ab") as f:
+        f.write(b'{"index": 1, "offs')
+    again = Journal(path, IDENTITY)
+    assert list(again.entries) == [0] and again.set_aside is None
+    again.close()
+
+
+# 7. long names --------------------------------------------------------------------------------
+
+
+def test_hidden_names_fit_name_max_for_the_longest_legal_stems(tmp_path):
+    from wtx.atomic import atomic_paths
+
+    stem = "x" * 250  # stem.txt is 254 bytes: legal
+    output = tmp_path / f"{stem}.txt"
+    assert fits(output.name, tmp_path)
+    journal = Journal(journal_path(output), IDENTITY)
+    journal.close()
+    assert len(journal.path.name) <= 255
+    assert journal_path(output) == journal.path  # the same name each run, so resume finds it
+    with atomic_paths([output]) as (tmp,):
+        tmp.write_text("ok")
+    assert output.read_text() == "ok"
+
+
+def test_an_output_name_too_long_fails_before_decoding(tmp_path):
+    item = Input(str(tmp_path / ("y" * 252 + ".mp3")), Path("y" * 252))
+    plan = plan_outputs([item], ["txt", "json"], tmp_path)
+    assert "longer than the file system allows" in plan.problems[item.path]
+
+
+# 9. an unwritable cache -----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_unwritable_cache_is_one_error_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = run_wtx("transcribe", str(SAMPLE), "-o", str(tmp_path / "o"), env={"WTX_CACHE_DIR": str(blocker / "c")})
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.decode().splitlines() if line.startswith("error")]
+    assert lines and "WTX_CACHE_DIR" in lines[0] and "Traceback" not in out.stderr.decode()
+
+
+# 10. devices that are not there ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda", "cuda:7"])
+def test_an_unavailable_device_is_a_usage_error(tmp_path, device):
+    import torch
+
+    if device != "gpu" and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has the device")
+    out = run_wtx("transcribe", str(SAMPLE), "--device", device, "-o", str(tmp_path))
+    assert out.returncode == 2
+    err = out.stderr.decode()
+    assert "cpu" in err and "Traceback" not in err
+
+
+# 11. names that look like URLs ----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_names_with_a_protocol_prefix_are_read_as_local_files(tmp_path, monkeypatch):
+    requests = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            requests.append(self.path)
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        monkeypatch.chdir(tmp_path)
+        clip(tmp_path / "http:" / f"127.0.0.1:{port}" / "x.mp3", 0)
+        clip(tmp_path / "file:a.mp3", 13)  # a file of that name; a.mp3 beside it holds no speech
+        make_wav(tmp_path / "a.wav", 3.0)
+        ffmpeg("-i", str(tmp_path / "a.wav"), str(tmp_path / "a.mp3"))
+        out = run_wtx("transcribe", f"http://127.0.0.1:{port}/x.mp3", "file:a.mp3", "-o", "out", "-f", "txt")
+    finally:
+        server.shutdown()
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert requests == []  # ffmpeg never went to the network
+    assert (tmp_path / "out" / "x.txt").read_text().strip()
+    assert (tmp_path / "out" / "file:a.txt").read_text().strip()  # the file named, not a.mp3
+
+
+# 12. the tampered-model message --------------------------------------------------------------
+
+
+def test_the_tampered_model_message_names_a_command_that_fixes_it(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from wtx import weights
+    from wtx.cli import app
+    from wtx.errors import WeightsMismatch
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    path = weights.resolve("tiny.en")
+    with open(path, "r+b") as f:
+        f.seek(1_000_000)
+        f.write(b"\xff\xff\xff\xff")
+    with pytest.raises(WeightsMismatch) as caught:
+        weights.resolve("tiny.en")
+    command = str(caught.value).split("'")[1]  # the message quotes the command
+    assert command.startswith("wtx cache clear")
+    result = CliRunner().invoke(app, command.split()[1:])
+    assert result.exit_code == 0
+    assert weights.resolve("tiny.en") == path  # reconverted, verified
