@@ -349,3 +349,106 @@ def test_the_tampered_model_message_names_a_command_that_fixes_it(tmp_path, monk
     result = CliRunner().invoke(app, command.split()[1:])
     assert result.exit_code == 0
     assert weights.resolve("tiny.en") == path  # reconverted, verified
+
+
+# 8. --split fixed and silence -----------------------------------------------------------------
+
+
+def test_fixed_windows_without_a_sound_are_never_decoded():
+    import numpy as np
+
+    from wtx.split import make_windows
+
+    rng = np.random.default_rng(0)
+    silence = np.zeros(16000 * 65, dtype=np.float32)
+    speechy = silence.copy()
+    speechy[16000 * 40 : 16000 * 42] = 0.1 * rng.standard_normal(32000)
+    def blocks(x):
+        return iter([x[i : i + 480000] for i in range(0, len(x), 480000)])
+
+    assert list(make_windows(blocks(silence), "fixed")) == []
+    kept = list(make_windows(blocks(speechy), "fixed"))
+    assert [(w.index, w.offset) for w in kept] == [(1, 30)]  # index and offset kept
+
+
+# what users expect -----------------------------------------------------------------------------
+
+
+def test_the_same_file_named_twice_is_one_input(tmp_path, monkeypatch):
+    (tmp_path / "a.mp3").write_bytes(b"")
+    (tmp_path / "link.mp3").symlink_to(tmp_path / "a.mp3")
+    monkeypatch.chdir(tmp_path)
+    expanded = expand(["a.mp3", "./a.mp3", str(tmp_path / "a.mp3"), "link.mp3"])
+    assert [i.path for i in expanded.inputs] == ["a.mp3"]
+
+
+def test_a_fifo_is_an_input(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert [i.path for i in expand([str(fifo)]).inputs] == [str(fifo)]
+
+
+@pytest.mark.slow
+def test_stdout_takes_the_format_and_separates_files(tmp_path):
+    a, b = clip(tmp_path / "a.mp3", 0), clip(tmp_path / "b.mp3", 13)
+    files = run_wtx("transcribe", str(a), str(b), "-o", str(tmp_path / "out"), "-f", "srt", "--no-resume")
+    piped = run_wtx("transcribe", str(a), str(b), "-o", "-", "-f", "srt")
+    assert files.returncode == piped.returncode == 0, piped.stderr.decode()[-2000:]
+    expected = (tmp_path / "out" / "a.srt").read_bytes() + b"\n" + (tmp_path / "out" / "b.srt").read_bytes()
+    assert piped.stdout == expected
+    both = run_wtx("transcribe", str(a), "-o", "-", "-f", "srt,txt")
+    assert both.returncode == 2 and b"one format" in both.stderr
+
+
+@pytest.mark.slow
+def test_a_closed_pipe_stops_quietly(tmp_path):
+    a, b = clip(tmp_path / "a.mp3", 0), clip(tmp_path / "b.mp3", 13)
+    proc = subprocess.Popen([sys.executable, "-m", "wtx", "transcribe", str(a), str(b), str(a), "-o", "-", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc.stdout.readline()  # the first transcript arrived: the reader goes away, as `| head -1` does
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+@pytest.mark.slow
+def test_process_substitution_reads_like_stdin(tmp_path):
+    a = clip(tmp_path / "a.mp3", 0)
+    command = f"{sys.executable} -m wtx transcribe <(cat '{a}') -o -"
+    out = subprocess.run(["bash", "-c", command], capture_output=True, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert out.stdout.strip()
+
+
+@pytest.mark.slow
+def test_a_missing_path_in_a_list_fails_alone(tmp_path):
+    a = clip(tmp_path / "a.mp3", 0)
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{tmp_path / 'gone.mp3'}\n{a}\n")
+    out = run_wtx("transcribe", "--from-list", str(listing), "-o", str(tmp_path / "out"), "-f", "txt")
+    assert out.returncode == 1
+    assert b"gone.mp3: no such file" in out.stderr
+    assert (tmp_path / "out" / "a.txt").read_text().strip()
+
+
+def test_an_output_folder_that_is_a_file_says_so(tmp_path):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("x")
+    out = run_wtx("transcribe", str(SAMPLE), "-o", str(blocker))
+    assert out.returncode == 1
+    assert b"is a file, not a folder" in out.stderr and b"File exists" not in out.stderr
+
+
+@pytest.mark.slow
+def test_a_truncated_file_is_transcribed_with_a_warning(tmp_path):
+    full = tmp_path / "full.flac"
+    ffmpeg("-i", str(SAMPLE), "-t", "20", str(full))
+    data = full.read_bytes()
+    cut = tmp_path / "cut.flac"
+    cut.write_bytes(data[: len(data) // 2])
+    out = run_wtx("transcribe", str(cut), "-o", str(tmp_path / "out"), "-f", "txt")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    err = out.stderr.decode()
+    assert "warning" in err and "header says 0:20" in err and "cut.flac" in err
+    assert (tmp_path / "out" / "cut.txt").read_text().strip()

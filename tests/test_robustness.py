@@ -155,16 +155,20 @@ def same_outputs(a: Path, b: Path) -> None:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
+SIGNALS = {"kill -9": signal.SIGKILL, "ctrl-c": signal.SIGINT, "sigterm": signal.SIGTERM}
+
+
+@pytest.mark.parametrize("how", list(SIGNALS))
 def test_interrupted_run_resumes_to_identical_outputs(how, long_input, uninterrupted, tmp_path):
     out_dir = tmp_path / "out"
     proc = start(long_input, out_dir)
     wait_for_journal(out_dir, entries=1, proc=proc)  # header and one window: most of the work is left
-    proc.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
+    proc.send_signal(SIGNALS[how])
     _, stderr = proc.communicate(timeout=120)
-    if how == "ctrl-c":
-        assert proc.returncode == 130, stderr.decode()[-2000:]
+    if how != "kill -9":
+        assert proc.returncode == {"ctrl-c": 130, "sigterm": 143}[how], stderr.decode()[-2000:]
         assert b"run the same command again to resume" in stderr
+        assert b"finished windows of" in stderr
     assert not (out_dir / "long.txt").exists()  # no partial outputs
     journal = (out_dir / ".long.wtx-journal").read_text().splitlines()
     assert len(journal) >= 2 and json.loads(journal[0])["version"] == VERSION

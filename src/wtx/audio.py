@@ -78,7 +78,7 @@ def is_readable_input(source: str) -> bool:
 def ffmpeg_url(source: str) -> str:
     """What ffmpeg is given for `source`: the local file itself, never a name read as a URL
     (`http://...` names a file in a folder called `http:` here)."""
-    return "pipe:0" if source == STDIN else "file:" + os.path.abspath(source)
+    return "pipe:0" if is_pipe(source) else "file:" + os.path.abspath(source)
 
 
 def probe_duration(source: str) -> float | None:
@@ -122,10 +122,16 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
         "-protocol_whitelist", PROTOCOLS, "-i", ffmpeg_url(source),
         "-vn", "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
     ]  # fmt: skip
-    if source == STDIN:
+    piped = is_pipe(source)
+    if piped:
         cmd.remove("-nostdin")
-    stdin = sys.stdin.buffer if source == STDIN else subprocess.DEVNULL
-    proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # a pipe is handed over as ffmpeg's stdin: a child does not inherit bash's /dev/fd/N
+    stdin = (sys.stdin.buffer if source == STDIN else open(source, "rb")) if piped else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        if piped and source != STDIN:
+            stdin.close()
     stderr_chunks: list[bytes] = []
     drain = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()), daemon=True)
     drain.start()
@@ -161,8 +167,8 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
             "no ffmpeg found: install it (apt-get install ffmpeg) or pip install imageio-ffmpeg"
         ) from e
     try:
-        if source == STDIN:
-            container = av.open(sys.stdin.buffer)
+        if is_pipe(source):
+            container = av.open(sys.stdin.buffer if source == STDIN else open(source, "rb"))
         else:
             container = av.open(ffmpeg_url(source), options={"protocol_whitelist": PROTOCOLS})
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)

@@ -86,9 +86,17 @@ def silence_windows(blocks: Iterator[np.ndarray]) -> Iterator[Window]:
         buffer, offset = buffer[cut:], offset + cut
 
 
+def has_sound(window: Window) -> bool:
+    """Whether any 20 ms of the window's real audio is louder than silence."""
+    samples = window.samples[: int(round(window.duration * SAMPLE_RATE))]
+    return len(samples) >= FRAME and bool((frame_energy_db(samples) > SILENCE_DB).any())
+
+
 def make_windows(blocks: Iterator[np.ndarray], split: str) -> Iterator[Window]:
+    """The recording's windows. Silence is never decoded, whatever the split: `silence` skips
+    it while cutting, and `fixed` drops windows without a sound (each keeps its index and offset)."""
     if split == "fixed":
-        return fixed_windows(blocks)
+        return (w for w in fixed_windows(blocks) if has_sound(w))
     if split == "silence":
         return silence_windows(blocks)
     raise ValueError(f"unknown split {split!r}: choose {' or '.join(SPLITS)}")
