@@ -452,3 +452,72 @@ def test_a_truncated_file_is_transcribed_with_a_warning(tmp_path):
     err = out.stderr.decode()
     assert "warning" in err and "header says 0:20" in err and "cut.flac" in err
     assert (tmp_path / "out" / "cut.txt").read_text().strip()
+
+
+# non-speech ------------------------------------------------------------------------------------
+
+
+def write_wav(path: Path, samples) -> Path:
+    import wave
+
+    import numpy as np
+
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
+    return path
+
+
+def non_speech(folder: Path) -> list[Path]:
+    """White noise, tones, a music-like signal and room tone: none of it is speech."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    rate = 16000
+    t = np.arange(90 * rate) / rate
+    tones = 0.3 * np.sin(2 * np.pi * np.where(t < 30, 440, np.where(t < 60, 880, 660)) * t)
+    music = np.zeros(60 * rate)
+    for bar in range(60 * 2):  # two chords a second, with harmonics and a plucked envelope
+        start = bar * rate // 2
+        n = np.arange(rate // 2)
+        root = 220 * 2 ** (((bar * 5) % 12) / 12)
+        chord = sum(np.sin(2 * np.pi * root * ratio * k * n / rate) / k for ratio in (1, 1.25, 1.5) for k in (1, 2, 3))
+        music[start : start + rate // 2] = 0.08 * chord * np.exp(-n / (0.15 * rate))
+        music[start : start + 400] += 0.2 * rng.standard_normal(400)  # a drum hit
+    room = 0.01 * np.cumsum(rng.standard_normal(300 * rate)) / 60  # brown-ish, around -40 dBFS
+    room -= np.convolve(room, np.ones(800) / 800, mode="same")  # no DC drift
+    return [
+        write_wav(folder / "white_noise.wav", 0.3 * rng.standard_normal(120 * rate)),
+        write_wav(folder / "tones.wav", tones),
+        write_wav(folder / "music.wav", music),
+        write_wav(folder / "room_tone.wav", room),
+    ]
+
+
+@pytest.mark.slow
+def test_non_speech_gives_empty_transcripts(tmp_path):
+    inputs = non_speech(tmp_path)
+    out = run_wtx("transcribe", *map(str, inputs), "-o", str(tmp_path / "out"), "-f", "txt,srt")
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    for path in inputs:
+        assert (tmp_path / "out" / f"{path.stem}.txt").read_text() == "", path.stem
+        assert (tmp_path / "out" / f"{path.stem}.srt").read_text() == "", path.stem
+
+
+def test_the_detector_keeps_speech_and_drops_noise():
+    import numpy as np
+
+    from tests.conftest import shared_file
+    from wtx.audio import N_SAMPLES, Window, load_audio, pad_window
+    from wtx.vad import load_detector, speech_windows
+
+    detector = load_detector()
+    assert detector is not None, "silero-vad is a dependency"
+    speech = load_audio(str(shared_file("audio/jfk.flac")))
+    rng = np.random.default_rng(0)
+    windows = [Window(0, 0.0, len(speech) / 16000, pad_window(speech)),
+               Window(1, 30.0, 30.0, (0.3 * rng.standard_normal(N_SAMPLES)).astype(np.float32))]  # fmt: skip
+    assert [w.index for w in speech_windows(windows, detector)] == [0]

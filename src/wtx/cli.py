@@ -104,6 +104,7 @@ def transcribe(
     strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
     split: Annotated[str, typer.Option("--split", help="Where windows end: 'silence' (the quietest pause in a window's last seconds, so no word is cut; long silences skipped) or 'fixed' (every 30 s, as whisper.decode() on plain chunks).")] = "silence",
     condition: Annotated[bool, typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text). Batch rows follow consecutive windows so they can; --no-condition decodes every window on its own.")] = True,
+    vad: Annotated[bool, typer.Option("--vad/--no-vad", help="Drop windows that hold no speech (Silero VAD) before decoding, so noise, tones and music do not turn into invented text. --no-vad keeps only the silence rules.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
 ) -> None:
@@ -141,7 +142,7 @@ def transcribe(
         model=model, out=out, to_stdout=to_stdout, formats=tuple(formats), language=language,
         task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
-        condition=condition, skip_existing=skip_existing, resume=resume,
+        condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 

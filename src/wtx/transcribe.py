@@ -26,6 +26,7 @@ from wtx.names import display
 from wtx.outputs import plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
 from wtx.split import make_windows
+from wtx.vad import speech_windows
 from wtx.writers import TimedText, Transcript, render, write_outputs
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
@@ -60,6 +61,7 @@ class Job:
     condition: bool = True  # prompt each window with the previous window's text
     skip_existing: bool = False
     resume: bool = True
+    vad: bool = True  # drop windows without speech (Silero VAD) before decoding
 
 
 def _error(message: str) -> None:
@@ -189,6 +191,17 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
             f"batch {batch_size}{status}; ready in {time.perf_counter() - started:.1f} s",
             highlight=False,
         )
+    detector = None
+    if job.vad:
+        from wtx.vad import INSTALL, load_detector
+
+        try:
+            detector = load_detector(engine.device)
+        except WtxError as e:
+            _error(str(e))
+            return 1
+        if detector is None:
+            _warn(f"silero-vad is not installed, so only silence is skipped and noise may turn into text: {INSTALL}")
     stock = None
     if job.compare_eager:
         from wtx.reference import load_stock_model
@@ -198,7 +211,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     # everything that changes a window's text: a journal written under other options is not resumed
     config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": batch_size,
               "task": job.task, "language": job.language, "dtype": str(engine.dtype), "device": engine.device.type,
-              "compiled": bool(report and report.source != "eager"),
+              "compiled": bool(report and report.source != "eager"), "vad": detector is not None,
               "threads": torch.get_num_threads() if engine.device.type == "cpu" else None}  # fmt: skip
 
     total = sum(known) if len(known) == len(inputs) else None
@@ -234,7 +247,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
                         baseline_rtfx = audio / seconds if seconds > 0 else None
                         work_started += seconds  # the summary times wtx alone
                     progress.start_file(Path(name).name, durations[source], baseline_rtfx)
-                    transcript, warnings = _transcribe_one(engine, source, durations[source], progress, job, journal)
+                    transcript, warnings = _transcribe_one(engine, detector, source, durations[source], progress, job, journal)
                     progress.finish_file()
                     for warning in warnings + _duration_warnings(name, durations[source], transcript.duration):
                         _warn(warning)
@@ -332,7 +345,7 @@ class fed:
 
 
 def _transcribe_one(
-    engine, source: str, duration: float | None, progress: TranscribeProgress, job: Job, journal: Journal | None
+    engine, detector, source: str, duration: float | None, progress: TranscribeProgress, job: Job, journal: Journal | None
 ) -> tuple[Transcript, list[str]]:
     """One input's transcript, and the decoding problems to warn about. Each window is journaled
     as soon as it is complete, in whatever order the batch rows finish them."""
@@ -340,7 +353,10 @@ def _transcribe_one(
     language = next(iter(done.values())).language if done else (job.language or "en")
     warnings: list[str] = []
     blocks = counted(stream_samples(source, warnings=warnings))
-    windows = fed(w for w in make_windows(blocks, job.split) if w.index not in done)
+    windows = make_windows(blocks, job.split)
+    if detector is not None:  # scored before journaled windows are left out: the same groups on resume
+        windows = speech_windows(windows, detector)
+    windows = fed(w for w in windows if w.index not in done)
     prompts = {index: entry.prompt for index, entry in done.items()}
     for result in engine.transcribe_windows(windows, duration, prompts, ordered=False):
         w = result.window
