@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT / "src"))
 from wtx import __version__  # noqa: E402
 from wtx.audio import CHUNK_LENGTH, fixed_windows, stream_samples  # noqa: E402
 from wtx.bench import compare, run_pass, speedup, tokens_text  # noqa: E402
-from wtx.decode import DecodingOptions, get_tokenizer  # noqa: E402
+from wtx.decode import get_tokenizer  # noqa: E402
+from wtx.options import DecodingOptions  # noqa: E402
 from wtx.engine import Engine, EngineOptions  # noqa: E402
 from wtx.model import ModelDimensions, load_model  # noqa: E402
 from wtx.reference import load_stock_model, stock_decode  # noqa: E402

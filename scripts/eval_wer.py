@@ -116,7 +116,7 @@ def run_config(config, engine, stock, audio_path):
 
     from wtx.engine import Engine
     from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
-    from wtx.decode import split_segments
+    from wtx.segments import split_segments
     from wtx.reference import stock_decode
     from wtx.split import make_windows
 

@@ -6,16 +6,9 @@ import pytest
 import torch
 from whisper.decoding import ApplyTimestampRules, SuppressBlank, SuppressTokens
 
-from wtx.decode import (
-    DecodeState,
-    DecodingOptions,
-    TimestampRules,
-    get_tokenizer,
-    greedy_select,
-    split_segments,
-    suppress_tokens,
-    uniform_noise,
-)
+from wtx.decode import DecodeState, TimestampRules, get_tokenizer, greedy_select, suppress_tokens, uniform_noise
+from wtx.options import DecodingOptions
+from wtx.segments import split_segments
 from wtx.model import ModelDimensions
 
 TINY_EN = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)

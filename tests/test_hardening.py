@@ -6,12 +6,10 @@ Unit tests run in milliseconds; the end-to-end ones run wtx as a process on shor
 import http.server
 import json
 import os
-import signal
 import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest

@@ -11,8 +11,10 @@ import pytest
 import torch
 
 from wtx.audio import N_SAMPLES, Window
-from wtx.decode import DecodingOptions, split_segments
-from wtx.engine import Engine, EngineOptions, WindowResult
+from wtx.options import DecodingOptions
+from wtx.segments import split_segments
+from wtx.engine import Engine, EngineOptions
+from wtx.segments import WindowResult
 from wtx.model import ModelDimensions, Whisper
 
 TINY = ModelDimensions(80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)
@@ -40,7 +42,7 @@ class Script:
         self.engine, self.bad, self.silent = engine, set(bad), set(silent)
         self.calls = []  # (index, prompt, temperature)
 
-    def __call__(self, batch, language=None, prompts=None, temperatures=None):
+    def __call__(self, batch, language=None, prompts=None, temperatures=None, languages=None):
         tokenizer = self.engine.tokenizer
         ts = tokenizer.timestamp_begin
         results = []

@@ -10,39 +10,24 @@ windows one after another, each prompted with the text its previous one produced
 other rows do the same for other stretches of the recording.
 """
 
-import math
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby
 
 import numpy as np
 import torch
 
-from wtx.audio import CHUNK_LENGTH, N_FRAMES, N_SAMPLES, SAMPLE_RATE, Window, pad_window
-from wtx.decode import (
-    DecodingOptions,
-    GreedyLoop,
-    Segment,
-    TimestampRules,
-    compression_ratio,
-    consumed_tokens,
-    get_tokenizer,
-    seek_point,
-    split_segments,
-    stretches_timestamps,
-)
+from wtx.audio import N_FRAMES, N_SAMPLES, Window
+from wtx.decode import GreedyLoop, TimestampRules, get_tokenizer
+from wtx.options import DecodingOptions
+from wtx.segments import WindowResult, split_segments
+from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.errors import UntrustedCache
 from wtx.features import log_mel_spectrogram
-from wtx.prefetch import prefetch
 from wtx.model import Whisper, load_model
 from wtx.weights import load_checkpoint
-
-MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
-MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -77,52 +62,6 @@ class CompileReport:
     seconds: float
     warnings: list[str] = field(default_factory=list)
     ahead_of_time: bool = False  # compiled with aot_compile (loaded without tracing), else just in time
-
-
-@dataclass(frozen=True)
-class _Item:
-    """A window waiting in a stream: a recording's window, or a tail or retry of one."""
-
-    window: Window
-    entry: dict  # the parent window's result, complete when nothing of it is open
-    depth: int = 0  # tails of tails
-    temperature: float = 0.0
-    prompted: bool = True  # False: decoded without its stream's prompt (a retry)
-
-
-@dataclass
-class _Stream:
-    """One batch row's consecutive windows still to decode, and the text to prompt them with."""
-
-    queue: deque  # of _Item
-    prompt: list[int] = field(default_factory=list)
-
-
-@dataclass
-class WindowResult:
-    window: Window
-    tokens: list[int]  # sampled tokens up to (not including) end-of-text
-    language: str
-    no_speech_prob: float
-    avg_logprob: float
-    segments: list[Segment]
-    temperature: float = 0.0
-    prompt: list[int] | None = None  # the stream's prompt after this window (and its tails)
-
-    def is_silent(self, options: DecodingOptions) -> bool:
-        """openai-whisper's no-speech rule: likely silence and no likely text."""
-        return self.no_speech_prob > options.no_speech_threshold and self.avg_logprob < options.logprob_threshold
-
-    def needs_fallback(self, options: DecodingOptions, tokenizer) -> bool:
-        """openai-whisper's test for decoding a window again at the next temperature, plus
-        timestamps stretched over skipped speech."""
-        if self.is_silent(options):
-            return False
-        text = " ".join(s.text for s in self.segments)
-        repetitive = compression_ratio(text) > options.compression_ratio_threshold
-        unlikely = self.avg_logprob < options.logprob_threshold
-        # the stretch test decodes segment texts: only when the cheaper tests have not decided
-        return repetitive or unlikely or stretches_timestamps(self.tokens, tokenizer)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -222,11 +161,13 @@ class Engine:
         samples = torch.from_numpy(np.stack([w.samples for w in windows]))
         return samples.pin_memory() if self.device.type == "cuda" else samples
 
-    def _language_tokens(self, language: str | None, batch: int) -> torch.Tensor | None:
-        """The language token per row, or None (English-only model, or to be detected)."""
-        if not self.dims.is_multilingual or language is None:
+    def _language_tokens(self, languages: list[str | None], batch: int) -> torch.Tensor | None:
+        """The language token per row (padding rows take the first row's), or None: an
+        English-only model, or a row whose language is to be detected."""
+        if not self.dims.is_multilingual or any(language is None for language in languages):
             return None
-        return torch.full((batch,), self.tokenizer.to_language_token(language), device=self.device)
+        tokens = [self.tokenizer.to_language_token(language) for language in languages]
+        return torch.tensor(tokens + [tokens[0]] * (batch - len(tokens)), device=self.device)
 
     def _detect_language(self, logits_at_sot: torch.Tensor) -> torch.Tensor:
         # logits_at_sot: [B, V] -> the most likely language token of the first row, for all rows
@@ -305,26 +246,33 @@ class Engine:
         language: str | None = None,
         prompts: list[list[int]] | None = None,
         temperatures: list[float] | None = None,
+        languages: list[str | None] | None = None,
     ) -> list[WindowResult]:
         """Timestamped decoding of up to batch_size windows at once.
+
+        Every batch has the same shape, eager or compiled: padded with silent rows to
+        batch_size, every prefix left-padded to the longest possible prompt. So a row's
+        arithmetic, and its text, never depend on the other rows or on how many there are.
 
         prompts: per window, the previous text's tokens to condition on (may be empty);
         temperatures: per window, 0 for greedy (the default) or a sampling temperature. The
         sampling noise is seeded from the window's offset and temperature, so it does not
-        depend on the rest of the batch."""
+        depend on the rest of the batch. languages: per window (default `language` for all, or
+        the engine's); None rows of a multilingual model are detected from the first row."""
         n = len(windows)
         temperatures = list(temperatures or [])
         temperatures += [0.0] * (n - len(temperatures))
-        if self.fixed_batch is not None:
-            if n > self.fixed_batch:
-                raise ValueError(f"batch of {n} windows exceeds the compiled batch size {self.fixed_batch}")
-            windows = windows + [silent_window()] * (self.fixed_batch - n)
+        rows = self.fixed_batch or self.options.batch_size
+        if n > rows:
+            raise ValueError(f"batch of {n} windows exceeds the batch size {rows}")
+        windows = windows + [silent_window()] * (rows - n)
         samples = self.stack(windows)
         loop = self._loop(len(windows))
-        language_tokens = self._language_tokens(language or self.options.decoding.language, len(windows))
+        languages = languages or [language or self.options.decoding.language] * n
+        language_tokens = self._language_tokens(languages, len(windows))
         needs_detection = self.dims.is_multilingual and language_tokens is None
         use_graph = self.prefill_graph is not None and not needs_detection
-        prefix, pad = self._prefix(prompts, len(windows), fixed=use_graph)
+        prefix, pad = self._prefix(prompts, len(windows), fixed=True)
         temperature = torch.tensor(temperatures + [0.0] * (len(windows) - n))
         loop.sample = any(t > 0 for t in temperatures)  # greedy batches skip the sampling noise
         seed = torch.tensor([round(w.offset * 50) * 16 + round(t * 10) for w, t in zip(windows, temperature.tolist())])
@@ -535,128 +483,36 @@ class Engine:
 
     # -- a whole recording ---------------------------------------------------------------
 
+    def scheduler(self) -> StreamScheduler:
+        """The stream scheduler over this engine's batches (see wtx.streams)."""
+        options = StreamOptions(
+            batch_size=self.options.batch_size, max_prompt=self.max_prompt,
+            stream_windows=self.options.stream_windows, seek_tails=self.options.seek_tails,
+            decoding=self.options.decoding,
+        )  # fmt: skip
+
+        def decode(windows, languages, prompts, temperatures):
+            return self.decode_batch(windows, prompts=prompts, temperatures=temperatures, languages=languages)
+
+        detect = self.detect_language if self.dims.is_multilingual else None
+        return StreamScheduler(decode, self.tokenizer, options, detect)
+
+    def detect_language(self, window: Window) -> str:
+        """The language spoken in `window` (multilingual models): a step of its own, once per file."""
+        return self.decode_batch([window], languages=[None])[0].language
+
     def stream_length(self, duration: float | None) -> int:
-        """Windows per batch row: enough to spread a recording of `duration` over every row."""
-        if not self.options.condition_on_previous_text:
-            return 1
-        if duration is None:
-            return self.options.stream_windows
-        windows = math.ceil(duration / CHUNK_LENGTH)
-        return max(1, min(self.options.stream_windows, math.ceil(windows / self.options.batch_size)))
+        return self.scheduler().stream_length(duration)
 
     def transcribe_windows(
         self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None,
         ordered: bool = True,
     ) -> Iterator[WindowResult]:
-        """Decodes a recording's windows in batches; yields one result per window, in window
-        order, or with `ordered=False` as soon as each is complete (so a caller can journal it
-        at once: rows work on different stretches of the recording).
-
-        Each batch row is a stream: it takes the windows of one chunk (`stream_length(duration)`
-        consecutive window indices) and decodes them in turn, prompting each with the text of the
-        one before (openai-whisper's condition_on_previous_text). When a window's tokens stop
-        before its end with a closed timestamp pair, transcribe() would seek there and decode
-        again; here that tail is the stream's next window (seek_tails), and its segments join its
-        parent's result. A window that fails openai-whisper's compression-ratio or log-probability
-        test is decoded again at the next fallback temperature. A background thread decodes audio
-        ahead while the device works.
-
-        prompts: a resumed run's finished windows, index -> the prompt after that window
-        (WindowResult.prompt), so a chunk picked up midway continues as it would have."""
-        language = self.options.decoding.language
-        span = self.stream_length(duration)
-        fresh = prefetch(windows, depth=2 * self.options.batch_size)
-        chunks = (list(chunk) for _, chunk in groupby(fresh, key=lambda w: w.index // span))
-        streams: list[_Stream | None] = [None] * self.options.batch_size
-        entries: deque[dict] = deque()  # parents in window order, emitted once complete
-        while True:
-            for r, stream in enumerate(streams):
-                if stream is None or not stream.queue:
-                    streams[r] = self._stream(next(chunks, []), span, entries, prompts or {})
-            active = [s for s in streams if s is not None]
-            if not active:
-                break
-            batch = [s.queue.popleft() for s in active]
-            texts = [s.prompt if item.prompted else [] for s, item in zip(active, batch)]
-            results = self.decode_batch([item.window for item in batch], language, texts, [item.temperature for item in batch])
-            if language is None and self.dims.is_multilingual:
-                language = results[0].language  # detected once per file, on its first window
-            for stream, item, result in zip(active, batch, results):
-                self._advance(stream, item, result)
-            while entries and entries[0]["open"] == 0:
-                entry = entries.popleft()
-                if not entry.get("yielded"):
-                    yield entry["result"]
-            if not ordered:
-                for entry in entries:
-                    if entry["open"] == 0 and not entry.get("yielded"):
-                        entry["yielded"] = True
-                        yield entry["result"]
-
-    def _stream(self, chunk: list[Window], span: int, entries: deque, prompts: dict[int, list[int]]) -> "_Stream | None":
-        """A row's stream over one chunk; a chunk a resumed run picks up midway keeps its prompt."""
-        if not chunk:
-            return None
-        first = chunk[0].index
-        midway = first % span != 0 and self.max_prompt
-        stream = _Stream(deque(), list(prompts.get(first - 1, [])) if midway else [])
-        for window in chunk:
-            entry = {"result": None, "open": 1}
-            entries.append(entry)
-            stream.queue.append(_Item(window, entry))
-        return stream
-
-    def _advance(self, stream: "_Stream", item: "_Item", result: WindowResult) -> None:
-        """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
-        entry = item.entry
-        options = self.options.decoding
-        if item.prompted and stream.prompt and result.is_silent(options):
-            # a prompt can talk the model out of a window's speech: decode it again on its own
-            stream.queue.appendleft(replace(item, prompted=False))
-            return
-        fallback = options.fallback_temperatures
-        attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
-        if attempt < len(fallback) and result.needs_fallback(options, self.tokenizer):
-            stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
-            return
-        tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None
-        if tail is not None:
-            tail_window, start = tail
-            # the text after the last closed pair starts at the seek time: the tail decodes it
-            # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
-            result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
-            stream.queue.appendleft(_Item(tail_window, entry, item.depth + 1))
-            entry["open"] += 1
-        self._condition(stream, result)
-        if entry["result"] is None:
-            entry["result"] = result
-        else:
-            entry["result"].segments.extend(result.segments)
-        entry["open"] -= 1
-        if entry["open"] == 0:
-            entry["result"].prompt = list(stream.prompt)
-
-    def _condition(self, stream: "_Stream", result: WindowResult) -> None:
-        """Carries a window's text into its stream's prompt, as transcribe() does.
-
-        Silent windows add nothing. After repetitive text (openai-whisper's compression-ratio
-        test, failed at every temperature) or a window decoded above temperature 0.5, the
-        prompt starts over, so a bad window does not lead the next one astray."""
-        if not self.max_prompt or not result.segments:
-            return
-        text = " ".join(s.text for s in result.segments)
-        if result.temperature > 0.5 or compression_ratio(text) > self.options.decoding.compression_ratio_threshold:
-            stream.prompt = []
-            return
-        stream.prompt = (stream.prompt + consumed_tokens(result.tokens, self.tokenizer))[-self.max_prompt :]
-
-    def _tail(self, result: WindowResult) -> tuple[Window, float] | None:
-        """The audio after the seek point, as a window, with the seek time; None when none is left."""
-        w = result.window
-        seek = seek_point(result.tokens, self.tokenizer) if result.segments else None
-        if seek is None or seek <= 0 or w.duration - seek < MIN_TAIL_SECONDS:
-            return None
-        start = int(round(seek * SAMPLE_RATE))
-        end = int(round(w.duration * SAMPLE_RATE))
-        samples = pad_window(w.samples[start:end].copy())
-        return Window(w.index, w.offset + seek, w.duration - seek, samples), w.offset + seek
+        """One recording's windows through the stream scheduler; a result per window, in window
+        order (or with `ordered=False` as soon as each is complete). Raises the audio's error."""
+        recording = Recording("", windows, duration, prompts or {}, self.options.decoding.language)
+        for event in self.scheduler().run([recording], ordered):
+            if isinstance(event, WindowDone):
+                yield event.result
+            elif event.error is not None:
+                raise event.error

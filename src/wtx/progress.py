@@ -64,7 +64,7 @@ class TranscribeProgress:
         self.overall = None
         if n_files > 1:
             self.overall = self.progress.add_task(f"all {n_files} files", total=total_audio, windows=0)
-        self.current = None
+        self.tasks: dict = {}  # key -> task id, one bar per file in flight
 
     def __enter__(self):
         self.progress.__enter__()
@@ -76,24 +76,26 @@ class TranscribeProgress:
             self.progress.update(self.overall, total=task.completed)
         self.progress.__exit__(*exc)
 
-    def start_file(self, name: str, duration: float | None, baseline_rtfx: float | None = None) -> None:
-        """A bar for one pass over a file; baseline_rtfx adds a live speedup over eager."""
+    def start_file(self, key, name: str, duration: float | None, baseline_rtfx: float | None = None) -> None:
+        """A bar for one pass over a file (once per key); baseline_rtfx adds a live speedup over eager."""
+        if key in self.tasks:
+            return
         short = name if len(name) <= 24 else name[:11] + "…" + name[-12:]
-        self.current = self.progress.add_task(short, total=duration, windows=0, baseline_rtfx=baseline_rtfx)
+        self.tasks[key] = self.progress.add_task(short, total=duration, windows=0, baseline_rtfx=baseline_rtfx)
 
-    def advance(self, audio_seconds: float, windows: int = 1) -> None:
-        for task_id in (self.current, self.overall):
+    def advance(self, audio_seconds: float, windows: int = 1, key=None) -> None:
+        for task_id in (self.tasks.get(key), self.overall):
             if task_id is not None:
                 task = self.progress.tasks[task_id]
                 self.progress.update(
                     task_id, advance=audio_seconds, windows=task.fields.get("windows", 0) + windows
                 )
 
-    def finish_file(self) -> None:
-        if self.current is not None:
-            task = self.progress.tasks[self.current]
-            self.progress.update(self.current, total=task.completed)
-        self.current = None
+    def finish_file(self, key) -> None:
+        task_id = self.tasks.pop(key, None)
+        if task_id is not None:
+            task = self.progress.tasks[task_id]
+            self.progress.update(task_id, total=task.completed)
 
     def log(self, message: str) -> None:
         """A line above the bars (stderr)."""

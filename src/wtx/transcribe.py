@@ -6,27 +6,29 @@ it; the other inputs still run. Finished windows are journaled next to the outpu
 interrupted run resumes where it stopped. Returns the exit code.
 """
 
-import math
 import os
 import signal
 import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.markup import escape
 
-from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, STDIN, is_pipe, probe_duration, stream_samples
+from wtx.audio import STDIN, is_pipe, probe_duration, stream_samples
 from wtx.errors import WtxError
 from wtx.inputs import Input
 from wtx.journal import Entry, Journal, journal_path, source_identity
 from wtx.names import display
 from wtx.outputs import plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
+from wtx.api import Model
+from wtx.pipeline import AudioReader
 from wtx.split import make_windows
-from wtx.vad import speech_windows
+from wtx.streams import Recording, WindowDone
 from wtx.writers import TimedText, Transcript, render, write_outputs
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
@@ -163,12 +165,8 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     if job.threads:
         torch.set_num_threads(job.threads)
     durations = {i.path: probe_duration(i.path) for i in inputs}
-    batch_size = job.batch_size
+    batch_size = job.batch_size  # never the inputs': a file's text must not depend on the others
     known = [d for d in durations.values() if d is not None]
-    if len(known) == len(inputs):
-        # a batch larger than the longest input's window count would only decode padding
-        longest = max(math.ceil(d / CHUNK_LENGTH) for d in known)
-        batch_size = max(1, min(batch_size, longest))
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, batch_size=batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language), compile=job.compile,
@@ -215,84 +213,50 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
               "threads": torch.get_num_threads() if engine.device.type == "cpu" else None}  # fmt: skip
 
     total = sum(known) if len(known) == len(inputs) else None
-    audio_done = 0.0
-    eager_seconds = 0.0
     work_started = time.perf_counter()
-    current = None
-    journal = None
-    written_to_stdout = 0
+    eager_seconds = 0.0
     with TranscribeProgress(total, len(inputs), job.quiet) as progress:
-        try:
+        baselines: dict[str, float | None] = {}
+        if stock is not None:  # stock openai-whisper first, file by file, on the same windows
             for item in inputs:
-                source = item.path
-                current = name = "<stdin>" if source == STDIN else display(source)
-                paths = None if job.to_stdout else plan.paths[source]
+                progress.start_file(item.path, f"{_short(item)} (eager baseline)", durations[item.path])
                 try:
-                    if paths and (reason := _unwritable(next(iter(paths.values())).parent)):
-                        raise WtxError(reason)
-                    journal = None
-                    if paths and job.resume and not is_pipe(source):
-                        journal = Journal(journal_path(next(iter(paths.values()))), source_identity(source, config))
-                        if journal.set_aside:
-                            _warn(f"{name}: its journal could not be read ({journal.reason}); moved it to "
-                                  f"{display(journal.set_aside)} and starting this input afresh")
-                        if journal.entries:
-                            progress.log(f"resuming {name}: {len(journal.entries)} windows already done")
-                    baseline_rtfx = None
-                    if stock is not None:
-                        progress.start_file(f"{Path(name).name} (eager baseline)", durations[source])
-                        seconds, audio = _eager_baseline(engine, stock, source, progress, job.split)
-                        progress.finish_file()
-                        eager_seconds += seconds
-                        baseline_rtfx = audio / seconds if seconds > 0 else None
-                        work_started += seconds  # the summary times wtx alone
-                    progress.start_file(Path(name).name, durations[source], baseline_rtfx)
-                    transcript, warnings = _transcribe_one(engine, detector, source, durations[source], progress, job, journal)
-                    progress.finish_file()
-                    for warning in warnings + _duration_warnings(name, durations[source], transcript.duration):
-                        _warn(warning)
-                    if paths:
-                        written = write_outputs(transcript, paths)
-                        progress.log(f"wrote {', '.join(display(p) for p in written)}")
-                    else:
-                        _write_stdout(("\n" if written_to_stdout else "") + render(transcript, job.formats[0]))
-                        written_to_stdout += 1
-                    if journal:
-                        journal.close(remove=True)
-                        journal = None
-                    audio_done += transcript.duration
-                except (WtxError, OSError) as e:
-                    progress.finish_file()
-                    if journal:
-                        journal.close(remove=not journal.entries)  # nothing to resume: leave no trace
-                        journal = None
-                    message = str(e) if isinstance(e, WtxError) else f"{name}: {e}"
-                    _error(message)
-                    failed.append(name)
+                    seconds, audio = _eager_baseline(engine, stock, item.path, progress, item.path, job.split)
+                except WtxError:
+                    seconds, audio = 0.0, 0.0  # the real pass reports the input's error
+                progress.finish_file(item.path)
+                eager_seconds += seconds
+                baselines[item.path] = audio / seconds if seconds > 0 else None
+            work_started = time.perf_counter()  # the summary times wtx alone
+        run = _Run(job, plan, durations, config, detector, progress, baselines)
+        try:
+            for event in Model(engine, detector).run(run.recordings(inputs), ordered=False):
+                if isinstance(event, WindowDone):
+                    run.window_done(event.key, event.result)
+                else:
+                    run.recording_done(event.key, event.error)
         except PipeClosed:
             progress.progress.stop()
-            if journal:
-                journal.close()
+            run.close_journals()
             return 0
         except KeyboardInterrupt as e:
             progress.progress.stop()
-            saved = len(journal.entries) if journal else 0
-            if journal:
-                journal.close()
-            hint = f"{saved} finished windows of {current} are saved; " if journal else ""
+            saved = run.close_journals()
+            hint = "; ".join(f"{n} finished windows of {name} are saved" for name, n in saved)
             what = "terminated" if isinstance(e, Terminated) else "interrupted"
-            _error(f"{what}: {hint}run the same command again to resume "
+            _error(f"{what}: {hint + '; ' if hint else ''}run the same command again to resume "
                    f"(finished inputs are kept{'; add --skip-existing to skip them' if not job.skip_existing else ''})")
             return EXIT_TERMINATED if isinstance(e, Terminated) else EXIT_INTERRUPTED
+    failed += run.failed
 
     elapsed = time.perf_counter() - work_started
     n_total = len(inputs) + len(problems) + len(plan.problems)
     if not job.quiet:
-        speed = audio_done / elapsed if elapsed > 0 else 0.0
+        speed = run.audio_done / elapsed if elapsed > 0 else 0.0
         stderr.print(
             f"transcribed {n_total - len(failed)}/{n_total} inputs"
             f"{f' ({len(skipped)} skipped)' if skipped else ''}, "
-            f"{format_duration(audio_done)} of audio in {elapsed:.1f} s ({speed:.1f}x real time)",
+            f"{format_duration(run.audio_done)} of audio in {elapsed:.1f} s ({speed:.1f}x real time)",
             highlight=False,
         )
         if stock is not None and eager_seconds > 0 and elapsed > 0:
@@ -315,64 +279,149 @@ def _duration_warnings(name: str, header: float | None, decoded: float) -> list[
             f"{format_duration(header)}; the file may be truncated or damaged"]  # fmt: skip
 
 
-class counted:
-    """Passes sample blocks through, counting the seconds of audio seen."""
-
-    def __init__(self, blocks):
-        self.blocks = blocks
-        self.seconds = 0.0
-
-    def __iter__(self):
-        for block in self.blocks:
-            self.seconds += len(block) / SAMPLE_RATE
-            yield block
+def _name(source: str) -> str:
+    return "<stdin>" if source == STDIN else display(source)
 
 
-class fed:
-    """Passes windows through to the engine, noting for each the audio before it that no window
-    covers (skipped silence), so progress counts it when the window is done."""
-
-    def __init__(self, windows):
-        self.windows = windows
-        self.skipped_before: dict[int, float] = {}
-        self.end = 0.0
-
-    def __iter__(self):
-        for w in self.windows:
-            self.skipped_before[w.index] = max(0.0, w.offset - self.end)
-            self.end = max(self.end, w.offset + w.duration)
-            yield w
+def _short(item: Input) -> str:
+    return Path(_name(item.path)).name
 
 
-def _transcribe_one(
-    engine, detector, source: str, duration: float | None, progress: TranscribeProgress, job: Job, journal: Journal | None
-) -> tuple[Transcript, list[str]]:
-    """One input's transcript, and the decoding problems to warn about. Each window is journaled
-    as soon as it is complete, in whatever order the batch rows finish them."""
-    done = dict(journal.entries) if journal else {}
-    language = next(iter(done.values())).language if done else (job.language or "en")
-    warnings: list[str] = []
-    blocks = counted(stream_samples(source, warnings=warnings))
-    windows = make_windows(blocks, job.split)
-    if detector is not None:  # scored before journaled windows are left out: the same groups on resume
-        windows = speech_windows(windows, detector)
-    windows = fed(w for w in windows if w.index not in done)
-    prompts = {index: entry.prompt for index, entry in done.items()}
-    for result in engine.transcribe_windows(windows, duration, prompts, ordered=False):
+@dataclass
+class _Input:
+    """One input while its windows are decoded: its journal, its audio, its finished windows."""
+
+    item: Input
+    paths: dict[str, Path] | None
+    journal: Journal | None = None
+    reader: AudioReader | None = None
+    done: dict = field(default_factory=dict)  # window index -> Entry
+    advanced: float = 0.0  # seconds of its audio shown as done
+
+
+def _failing(error: Exception):
+    raise error
+    yield  # a generator that raises when iterated
+
+
+class _Run:
+    """What the CLI does with the scheduler's events: journal each window, show progress, write
+    each input's outputs as soon as it is complete (stdout: in input order), report failures."""
+
+    def __init__(self, job: Job, plan, durations: dict, config: dict, detector, progress: TranscribeProgress,
+                 baselines: dict[str, float | None]):  # fmt: skip
+        self.job, self.plan, self.durations, self.config = job, plan, durations, config
+        self.detector, self.progress, self.baselines = detector, progress, baselines
+        self.inputs: dict[str, _Input] = {}
+        self.order: list[str] = []
+        self.finished: dict[str, object] = {}  # stdout: transcripts waiting for earlier inputs
+        self.written = 0
+        self.failed: list[str] = []
+        self.audio_done = 0.0
+
+    def recordings(self, inputs: list[Input]) -> Iterator[Recording]:
+        """One Recording per input, opened (journal and all) when the scheduler reads ahead to it."""
+        for item in inputs:
+            state = _Input(item, None if self.job.to_stdout else self.plan.paths[item.path])
+            self.order.append(item.path)
+            self.inputs[item.path] = state
+            try:
+                yield self._open(state)
+            except (WtxError, OSError) as e:
+                yield Recording(item.path, _failing(e), self.durations[item.path])
+
+    def _open(self, state: _Input) -> Recording:
+        source, job, name = state.item.path, self.job, _name(state.item.path)
+        if state.paths and (reason := _unwritable(next(iter(state.paths.values())).parent)):
+            raise WtxError(reason)
+        if state.paths and job.resume and not is_pipe(source):
+            state.journal = Journal(journal_path(next(iter(state.paths.values()))), source_identity(source, self.config))
+            if state.journal.set_aside:
+                _warn(f"{name}: its journal could not be read ({state.journal.reason}); moved it to "
+                      f"{display(state.journal.set_aside)} and starting this input afresh")
+            if state.journal.entries:
+                self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
+            state.done = dict(state.journal.entries)
+        state.reader = AudioReader(source, job.split, self.detector, skip=state.done)
+        prompts = {index: entry.prompt for index, entry in state.done.items()}
+        language = next(iter(state.done.values())).language if state.done else job.language
+        return Recording(source, state.reader, self.durations[source], prompts, language)
+
+    def _bar(self, state: _Input) -> None:
+        key = state.item.path
+        self.progress.start_file(key, _short(state.item), self.durations[key], self.baselines.get(key))
+
+    def window_done(self, key: str, result) -> None:
+        state = self.inputs[key]
         w = result.window
         entry = Entry(w.index, w.offset, w.duration, result.language,
                       [(s.start, s.end, s.text) for s in result.segments], result.prompt or [])  # fmt: skip
-        if journal:
-            journal.append(entry)
-        done[w.index] = entry
-        progress.advance(windows.skipped_before.get(w.index, 0.0) + w.duration)
-        language = result.language
-    progress.advance(max(0.0, blocks.seconds - windows.end))
-    segments = [TimedText(*s) for index in sorted(done) for s in done[index].segments]
-    return Transcript(source=source, duration=blocks.seconds, language=language, segments=segments), warnings
+        if state.journal:
+            state.journal.append(entry)
+        state.done[w.index] = entry
+        self._bar(state)
+        seconds = state.reader.skipped_before.get(w.index, 0.0) + w.duration
+        state.advanced += seconds
+        self.progress.advance(seconds, key=key)
+
+    def recording_done(self, key: str, error: Exception | None) -> None:
+        state = self.inputs[key]
+        name = _name(key)
+        self._bar(state)
+        try:
+            if error is not None:
+                raise error
+            reader = state.reader
+            self.progress.advance(max(0.0, reader.seconds - state.advanced), windows=0, key=key)
+            self.progress.finish_file(key)
+            for warning in reader.warnings + _duration_warnings(name, self.durations[key], reader.seconds):
+                _warn(warning)
+            done = state.done
+            language = next(iter(done.values())).language if done else (self.job.language or "en")
+            segments = [TimedText(*s) for index in sorted(done) for s in done[index].segments]
+            transcript = Transcript(source=key, duration=reader.seconds, language=language, segments=segments)
+            if state.paths:
+                written = write_outputs(transcript, state.paths)
+                self.progress.log(f"wrote {', '.join(display(p) for p in written)}")
+            else:
+                self.finished[key] = transcript
+                self._flush_stdout()
+            if state.journal:
+                state.journal.close(remove=True)
+                state.journal = None
+            self.audio_done += reader.seconds
+        except (WtxError, OSError) as e:
+            self.progress.finish_file(key)
+            if state.journal:
+                state.journal.close(remove=not state.journal.entries)  # nothing to resume: leave no trace
+                state.journal = None
+            _error(str(e) if isinstance(e, WtxError) else f"{name}: {e}")
+            self.failed.append(name)
+            if not state.paths:
+                self.finished[key] = None
+                self._flush_stdout()
+        del self.inputs[key]
+
+    def _flush_stdout(self) -> None:
+        while self.order and self.order[0] in self.finished:
+            transcript = self.finished.pop(self.order.pop(0))
+            if transcript is not None:
+                _write_stdout(("\n" if self.written else "") + render(transcript, self.job.formats[0]))
+                self.written += 1
+
+    def close_journals(self) -> list[tuple[str, int]]:
+        """Closes the journals of the inputs in flight, keeping them: (name, windows saved)."""
+        saved = []
+        for key, state in list(self.inputs.items()):
+            if state.journal:
+                if state.journal.entries:
+                    saved.append((_name(key), len(state.journal.entries)))
+                state.journal.close()
+                state.journal = None
+        return saved
 
 
-def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, split: str) -> tuple[float, float]:
+def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, key: str, split: str) -> tuple[float, float]:
     """Stock openai-whisper `decode()` on the same windows and batch size: (seconds, audio seconds).
 
     The audio is decoded here as well, so both passes are timed the same way."""
@@ -388,7 +437,7 @@ def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, sp
         stock_decode(stock, batch, len(batch), fp16=fp16, language=engine.options.decoding.language or "en")
         seconds = sum(w.duration for w in batch)
         audio += seconds
-        progress.advance(seconds, len(batch))
+        progress.advance(seconds, len(batch), key=key)
     if engine.device.type == "cuda":
         torch.cuda.synchronize(engine.device)
     return time.perf_counter() - started, audio

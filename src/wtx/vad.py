@@ -30,7 +30,7 @@ INSTALL = "pip install silero-vad==6.2.3"
 CHUNK = 512  # samples the model scores at a time (32 ms at 16 kHz)
 THRESHOLD = 0.5  # Silero's default speech probability
 MIN_SPEECH = 0.25  # seconds of speech frames a window needs (Silero's min_speech_duration_ms)
-GROUP = 16  # windows scored together
+GROUP = 8  # windows scored together
 PARTS = 4  # stretches per window scored side by side (7.5 s each)
 
 

@@ -1,0 +1,111 @@
+"""The Python API: load a model once, then transcribe files or arrays.
+
+    import wtx
+
+    model = wtx.load_model("tiny.en", device="cpu", compile=False)
+    segments, info = model.transcribe("book.mp3")
+    for segment in segments:  # decoded lazily, batch by batch
+        print(f"[{segment.start:.2f} -> {segment.end:.2f}] {segment.text}")
+    print(info.duration, info.language, info.options)
+
+The CLI is built on it: `Model.run()` takes many recordings at once and schedules their windows
+through one set of batch rows (see wtx.streams).
+"""
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from wtx.audio import SAMPLE_RATE, probe_duration
+from wtx.options import DecodingOptions
+from wtx.segments import Segment
+from wtx.streams import Recording, RecordingDone, WindowDone
+
+
+@dataclass(frozen=True)
+class TranscriptionInfo:
+    duration: float | None  # seconds of audio (from the header; an array's length)
+    language: str  # the language decoded: given, English for .en models, or detected
+    options: dict = field(default_factory=dict)  # the options actually used
+
+
+class Model:
+    """A loaded (and with compile=True, compiled) engine; see load_model()."""
+
+    def __init__(self, engine, detector=None):
+        self.engine = engine
+        self.detector = detector
+
+    @property
+    def options(self) -> dict:
+        o = self.engine.options
+        return {"model": o.model, "device": str(self.engine.device), "dtype": str(self.engine.dtype).removeprefix("torch."),
+                "batch_size": o.batch_size, "compile": o.compile, "condition_on_previous_text": o.condition_on_previous_text,
+                "task": o.decoding.task, "language": o.decoding.language, "vad": self.detector is not None,
+                "decoding": asdict(o.decoding)}  # fmt: skip
+
+    def run(self, recordings: Iterable[Recording], ordered: bool = False) -> Iterator[WindowDone | RecordingDone]:
+        """Every recording's windows through one scheduler: WindowDone events (per recording in
+        window order with `ordered`, else as each completes), then each RecordingDone."""
+        return self.engine.scheduler().run(recordings, ordered)
+
+    def transcribe(self, audio: str | np.ndarray, split: str = "silence") -> tuple[Iterator[Segment], TranscriptionInfo]:
+        """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono float32 array.
+
+        Returns (segments, info): segments are yielded lazily in time order; info holds the
+        duration, the language and the options used. A file that cannot be decoded raises
+        wtx.errors.AudioError when the segments are iterated (for a multilingual model without
+        a language, when its first window is read for language detection: here)."""
+        from wtx.pipeline import AudioReader
+
+        if split not in ("silence", "fixed"):
+            raise ValueError(f"unknown split {split!r}: choose silence or fixed")
+        reader = AudioReader(audio, split, self.detector)
+        duration = len(audio) / SAMPLE_RATE if isinstance(audio, np.ndarray) else probe_duration(audio)
+        windows = iter(reader)
+        language = self.engine.options.decoding.language
+        if language is None and self.engine.dims.is_multilingual:  # detected before returning
+            first = next(windows, None)
+            language = self.engine.detect_language(first) if first is not None else "en"
+            windows = _chain(first, windows)
+        recording = Recording("audio", windows, duration, {}, language or "en")
+        info = TranscriptionInfo(duration, language, {**self.options, "split": split, "language": language})
+        return self._segments(recording), info
+
+    def _segments(self, recording: Recording) -> Iterator[Segment]:
+        for event in self.run([recording], ordered=True):
+            if isinstance(event, WindowDone):
+                yield from event.result.segments
+            elif event.error is not None:
+                raise event.error
+
+
+def _chain(first, rest):
+    if first is not None:
+        yield first
+        yield from rest
+
+
+def load_model(
+    name: str = "tiny.en", device: str | None = None, dtype: str | None = None, compile: bool = False,
+    batch_size: int = 8, language: str | None = None, task: str = "transcribe",
+    condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False,
+) -> Model:
+    """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
+    ~/.cache/whisper, or a .pt path. compile=True compiles (or loads cached artifacts of) the
+    encoder and decode step; vad=True drops windows without speech (Silero VAD) before decoding."""
+    from wtx.engine import Engine, EngineOptions
+
+    options = EngineOptions(
+        model=name, device=device, dtype=dtype, batch_size=batch_size, compile=compile, strict=strict,
+        decoding=replace(DecodingOptions(), task=task, language=language),
+        condition_on_previous_text=condition_on_previous_text,
+    )  # fmt: skip
+    engine = Engine(options)
+    detector = None
+    if vad:
+        from wtx.vad import load_detector
+
+        detector = load_detector(engine.device)
+    return Model(engine, detector)

@@ -1,0 +1,50 @@
+"""From an input to the windows the scheduler decodes: audio -> windows -> speech windows.
+
+The same path for the CLI, the Python API and the scripts: ffmpeg decodes the input streamed,
+`split` cuts windows that end in pauses (silence skipped), and the voice-activity detector drops
+windows without speech. Windows already journaled are left out only after that, so a resumed run
+scores the same groups as an uninterrupted one.
+"""
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+
+from wtx.audio import N_SAMPLES, SAMPLE_RATE, Window, stream_samples
+from wtx.split import make_windows
+
+
+class AudioReader:
+    """One input's audio as windows; counts the seconds decoded and collects ffmpeg's warnings."""
+
+    def __init__(self, source: str | np.ndarray, split: str = "silence", detector=None, skip: Iterable[int] = ()):
+        self.source = source
+        self.split = split
+        self.detector = detector
+        self.skip = set(skip)
+        self.seconds = 0.0
+        self.warnings: list[str] = []
+        self.skipped_before: dict[int, float] = {}  # per window: audio before it that no window covers
+        self.end = 0.0  # where the last window read ends
+
+    def _blocks(self) -> Iterator[np.ndarray]:
+        if isinstance(self.source, np.ndarray):
+            samples = np.ascontiguousarray(self.source, dtype=np.float32)
+            blocks: Iterable[np.ndarray] = (samples[i : i + N_SAMPLES] for i in range(0, len(samples), N_SAMPLES))
+        else:
+            blocks = stream_samples(self.source, warnings=self.warnings)
+        for block in blocks:
+            self.seconds += len(block) / SAMPLE_RATE
+            yield block
+
+    def __iter__(self) -> Iterator[Window]:
+        windows = make_windows(self._blocks(), self.split)
+        if self.detector is not None:
+            from wtx.vad import speech_windows
+
+            windows = speech_windows(windows, self.detector)
+        for w in windows:
+            self.skipped_before[w.index] = max(0.0, w.offset - self.end)
+            self.end = max(self.end, w.offset + w.duration)
+            if w.index not in self.skip:
+                yield w

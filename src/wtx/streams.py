@@ -1,0 +1,304 @@
+"""The stream scheduler: every recording of a job through one set of batch rows (no torch).
+
+Each batch row is a *stream*: it takes a chunk (consecutive windows of one recording) and
+decodes its windows in turn, prompting each with the text of the one before (openai-whisper's
+condition_on_previous_text). When a row's chunk is done it takes the next chunk of any
+recording, so one batch holds chunks of several files and the rows stay full across a folder of
+short clips. How a recording is cut into chunks depends only on its own duration and the batch
+size, and a row's result only on its own windows and prompt (the batch decoder pads every batch
+to the same shape), so a file's text is the same alone or among others, in any order.
+
+Within a stream, as transcribe() does:
+- a window whose tokens stop before its end with a closed timestamp pair leaves a *tail*, the
+  audio after the seek point, which is the stream's next window (its segments join its parent's);
+- a window that fails the compression-ratio or log-probability test is decoded again at the next
+  fallback temperature;
+- a prompted window that comes out silent is decoded again without its prompt;
+- the prompt starts over after repetitive text or a window decoded above temperature 0.5.
+
+Recordings are read ahead in a background thread (audio decoding overlaps the device's work).
+A recording whose audio fails midway is reported once, and its other windows are dropped; the
+other recordings go on.
+"""
+
+import math
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, Window, pad_window
+from wtx.options import DecodingOptions
+from wtx.prefetch import prefetch
+from wtx.segments import WindowResult, compression_ratio, consumed_tokens, seek_point
+
+MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
+MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    batch_size: int = 8
+    max_prompt: int = 223  # previous-text tokens a prompt keeps; 0: every window decoded alone
+    stream_windows: int = 8  # at most this many consecutive windows per chunk
+    seek_tails: bool = True
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One input as the scheduler sees it."""
+
+    key: Hashable  # the caller's handle, returned with every event
+    windows: Iterable[Window]  # in index order; iterating may raise (a decode error)
+    duration: float | None = None  # from the header, to cut chunks; None: unknown (stdin)
+    prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
+    language: str | None = None  # None: detected on its first window (multilingual models)
+
+
+@dataclass(frozen=True)
+class WindowDone:
+    key: Hashable
+    result: WindowResult
+
+
+@dataclass(frozen=True)
+class RecordingDone:
+    key: Hashable
+    error: Exception | None = None  # the audio failed: its windows are incomplete
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A window waiting in a stream: a recording's window, or a tail or retry of one."""
+
+    window: Window
+    entry: dict  # the parent window's result, complete when nothing of it is open
+    depth: int = 0  # tails of tails
+    temperature: float = 0.0
+    prompted: bool = True  # False: decoded without its stream's prompt (a retry)
+
+
+@dataclass
+class _Stream:
+    """One batch row's consecutive windows still to decode, and the text to prompt them with."""
+
+    state: "_State"
+    queue: deque  # of _Item
+    prompt: list[int] = field(default_factory=list)
+
+
+@dataclass
+class _State:
+    recording: Recording
+    span: int
+    language: str | None
+    entries: deque = field(default_factory=deque)  # parents in window order
+    ended: bool = False  # every window was read
+    failed: bool = False
+    error: Exception | None = None
+
+
+Decode = Callable[[list[Window], list[str | None], list[list[int]], list[float]], list[WindowResult]]
+
+
+class StreamScheduler:
+    def __init__(self, decode: Decode, tokenizer, options: StreamOptions, detect_language=None):
+        """decode(windows, languages, prompts, temperatures) -> one result per window: the batch
+        decoder. detect_language(window) -> a language code, for recordings without one (None:
+        English-only model)."""
+        self.decode = decode
+        self.tokenizer = tokenizer
+        self.options = options
+        self.detect_language = detect_language
+
+    def stream_length(self, duration: float | None) -> int:
+        """Windows per chunk: enough to spread a recording of `duration` over every row."""
+        if not self.options.max_prompt:
+            return 1
+        if duration is None:
+            return self.options.stream_windows
+        windows = math.ceil(duration / CHUNK_LENGTH)
+        return max(1, min(self.options.stream_windows, math.ceil(windows / self.options.batch_size)))
+
+    def run(self, recordings: Iterable[Recording], ordered: bool = True) -> Iterator[WindowDone | RecordingDone]:
+        """Decodes every recording's windows; yields each window's result (per recording in window
+        order, or with `ordered=False` as soon as it is complete) and then its RecordingDone."""
+        chunks = _Chunks(prefetch(_read(recordings), depth=2 * self.options.batch_size), self)
+        rows: list[_Stream | None] = [None] * self.options.batch_size
+        states: list[_State] = []
+        while True:
+            for r, stream in enumerate(rows):
+                while stream is None or not stream.queue or stream.state.failed:
+                    stream = chunks.next_stream(states)
+                    if stream is None:
+                        break
+                rows[r] = stream
+            active = [s for s in rows if s is not None and s.queue]
+            if active:
+                batch = [s.queue.popleft() for s in active]
+                results = self.decode(
+                    [item.window for item in batch], [s.state.language for s in active],
+                    [s.prompt if item.prompted else [] for s, item in zip(active, batch)],
+                    [item.temperature for item in batch],
+                )  # fmt: skip
+                for stream, item, result in zip(active, batch, results):
+                    self._advance(stream, item, result)
+            yield from _completed(states, ordered)
+            states[:] = [s for s in states if not _finished(s)]
+            if not active and chunks.exhausted:
+                return
+
+    def _advance(self, stream: _Stream, item: _Item, result: WindowResult) -> None:
+        """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
+        entry = item.entry
+        options = self.options.decoding
+        if item.prompted and stream.prompt and result.is_silent(options):
+            # a prompt can talk the model out of a window's speech: decode it again on its own
+            stream.queue.appendleft(replace(item, prompted=False))
+            return
+        fallback = options.fallback_temperatures
+        attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
+        if attempt < len(fallback) and result.needs_fallback(options, self.tokenizer):
+            stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
+            return
+        tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None
+        if tail is not None:
+            tail_window, start = tail
+            # the text after the last closed pair starts at the seek time: the tail decodes it
+            # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
+            result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
+            stream.queue.appendleft(_Item(tail_window, entry, item.depth + 1))
+            entry["open"] += 1
+        self._condition(stream, result)
+        if entry["result"] is None:
+            entry["result"] = result
+        else:
+            entry["result"].segments.extend(result.segments)
+        entry["open"] -= 1
+        if entry["open"] == 0:
+            entry["result"].prompt = list(stream.prompt)
+
+    def _condition(self, stream: _Stream, result: WindowResult) -> None:
+        """Carries a window's text into its stream's prompt, as transcribe() does.
+
+        Silent windows add nothing. After repetitive text (openai-whisper's compression-ratio
+        test, failed at every temperature) or a window decoded above temperature 0.5, the
+        prompt starts over, so a bad window does not lead the next one astray."""
+        max_prompt = self.options.max_prompt
+        if not max_prompt or not result.segments:
+            return
+        text = " ".join(s.text for s in result.segments)
+        if result.temperature > 0.5 or compression_ratio(text) > self.options.decoding.compression_ratio_threshold:
+            stream.prompt = []
+            return
+        stream.prompt = (stream.prompt + consumed_tokens(result.tokens, self.tokenizer))[-max_prompt:]
+
+    def _tail(self, result: WindowResult) -> tuple[Window, float] | None:
+        """The audio after the seek point, as a window, with the seek time; None when none is left."""
+        w = result.window
+        seek = seek_point(result.tokens, self.tokenizer) if result.segments else None
+        if seek is None or seek <= 0 or w.duration - seek < MIN_TAIL_SECONDS:
+            return None
+        start = int(round(seek * SAMPLE_RATE))
+        end = int(round(w.duration * SAMPLE_RATE))
+        samples = pad_window(w.samples[start:end].copy())
+        return Window(w.index, w.offset + seek, w.duration - seek, samples), w.offset + seek
+
+
+_END = object()
+
+
+def _read(recordings: Iterable[Recording]) -> Iterator[tuple]:
+    """(recording, window), then (recording, _END) or (recording, error): runs ahead in a thread."""
+    for recording in recordings:
+        try:
+            for window in recording.windows:
+                yield recording, window
+        except Exception as e:  # this recording's audio failed; the others go on
+            yield recording, e
+            continue
+        yield recording, _END
+
+
+class _Chunks:
+    """Turns the read-ahead windows into row streams, one chunk at a time, in input order."""
+
+    def __init__(self, items: Iterator[tuple], scheduler: StreamScheduler):
+        self.items = items
+        self.scheduler = scheduler
+        self.pending: tuple | None = None
+        self.state: _State | None = None  # the recording being read
+        self.exhausted = False
+
+    def _peek(self) -> tuple | None:
+        if self.pending is None and not self.exhausted:
+            self.pending = next(self.items, None)
+            self.exhausted = self.pending is None
+        return self.pending
+
+    def _take(self) -> tuple:
+        item, self.pending = self.pending, None
+        return item
+
+    def next_stream(self, states: list[_State]) -> _Stream | None:
+        """The stream over the next chunk of any recording; None when every window was read."""
+        while (item := self._peek()) is not None:
+            recording, payload = item
+            if self.state is None or self.state.recording is not recording:
+                self.state = self._open(recording)
+                states.append(self.state)
+            if payload is _END or isinstance(payload, Exception):
+                self._take()
+                self.state.ended = True
+                if isinstance(payload, Exception):
+                    self.state.failed = True
+                    self.state.error = payload
+                continue
+            return self._chunk(self.state)
+        return None
+
+    def _open(self, recording: Recording) -> _State:
+        language = recording.language
+        if language is None and self.scheduler.detect_language is not None:
+            _, first = self._peek()
+            if isinstance(first, Window):
+                language = self.scheduler.detect_language(first)
+        return _State(recording, self.scheduler.stream_length(recording.duration), language)
+
+    def _chunk(self, state: _State) -> _Stream:
+        """Reads one chunk's windows (those with the same index // span) into a new stream."""
+        windows = []
+        while (item := self._peek()) is not None and item[0] is state.recording and isinstance(item[1], Window):
+            if windows and item[1].index // state.span != windows[0].index // state.span:
+                break
+            windows.append(self._take()[1])
+        first = windows[0].index
+        # a chunk a resumed run picks up midway continues from the journaled prompt
+        midway = first % state.span != 0 and self.scheduler.options.max_prompt
+        stream = _Stream(state, deque(), list(state.recording.prompts.get(first - 1, [])) if midway else [])
+        for window in windows:
+            entry = {"result": None, "open": 1, "yielded": False}
+            state.entries.append(entry)
+            stream.queue.append(_Item(window, entry))
+        return stream
+
+
+def _finished(state: _State) -> bool:
+    return state.ended and (state.failed or not state.entries)
+
+
+def _completed(states: list[_State], ordered: bool) -> Iterator[WindowDone | RecordingDone]:
+    for state in states:
+        key = state.recording.key
+        if not state.failed:
+            while state.entries and state.entries[0]["open"] == 0:
+                entry = state.entries.popleft()
+                if not entry["yielded"]:
+                    yield WindowDone(key, entry["result"])
+            if not ordered:
+                for entry in state.entries:
+                    if entry["open"] == 0 and not entry["yielded"]:
+                        entry["yielded"] = True
+                        yield WindowDone(key, entry["result"])
+        if _finished(state):
+            yield RecordingDone(key, state.error)
