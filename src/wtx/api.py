@@ -69,7 +69,8 @@ class Model:
             first = next(windows, None)
             language = self.engine.detect_language(first) if first is not None else "en"
             windows = _chain(first, windows)
-        recording = Recording("audio", windows, duration, {}, language or "en")
+        language = language or "en"
+        recording = Recording("audio", windows, duration, {}, language)
         info = TranscriptionInfo(duration, language, {**self.options, "split": split, "language": language})
         return self._segments(recording), info
 
