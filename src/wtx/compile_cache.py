@@ -45,6 +45,10 @@ def configure() -> None:
     import torch._inductor.config as inductor_config
 
     inductor_config.fx_graph_cache = True
+    if hasattr(inductor_config, "deterministic"):
+        # no kernel choices by timing: a cold compile and a process that loads its artifacts run
+        # the same kernels (without it they wrote different fp16 text on the H200 at batch 32)
+        inductor_config.deterministic = True
     import torch._dynamo.config as dynamo_config
 
     if hasattr(dynamo_config, "enable_aot_compile"):  # off by default in some releases

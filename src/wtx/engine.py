@@ -76,6 +76,16 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def repeatable_attention() -> None:
+    """Turns PyTorch's cuDNN attention off, for this process (eager and compiled code alike).
+
+    On the H200 (torch 2.11, fp16) SDPA picks cuDNN attention for unmasked attention, and for a
+    decode step's cross-attention (one query over 1500 keys, batch 8) it gave different bits on
+    repeated calls with the same inputs: the same command wrote different text from run to run.
+    Flash attention, chosen instead, is bitwise repeatable there (scripts/fp16_probe.py)."""
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def silent_window() -> Window:
     """Padding for a compiled engine's fixed batch; its results are discarded."""
     return Window(index=-1, offset=0.0, duration=0.0, samples=np.zeros(N_SAMPLES, dtype=np.float32))
@@ -125,6 +135,8 @@ class Engine:
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = pick_dtype(options.dtype, self.device)
+        if self.device.type == "cuda":
+            repeatable_attention()
         if model is None:
             checkpoint = load_checkpoint(options.model)
             model = load_model(checkpoint, self.device, self.dtype)

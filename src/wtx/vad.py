@@ -30,7 +30,8 @@ INSTALL = "pip install silero-vad==6.2.3"
 CHUNK = 512  # samples the model scores at a time (32 ms at 16 kHz)
 THRESHOLD = 0.5  # Silero's default speech probability
 MIN_SPEECH = 0.25  # seconds of speech frames a window needs (Silero's min_speech_duration_ms)
-GROUP = 8  # windows scored together
+GROUP = 8  # windows scored together on a CPU
+CUDA_GROUP = 64  # on a GPU, where each of the model's sequential steps costs kernel launches
 PARTS = 4  # stretches per window scored side by side (7.5 s each)
 
 
@@ -59,6 +60,7 @@ class SpeechDetector:
         import warnings
 
         self.device = torch.device(device)
+        self.group = CUDA_GROUP if self.device.type == "cuda" else GROUP
         with warnings.catch_warnings():  # "torch.jit.load is deprecated": nothing a user can act on
             warnings.simplefilter("ignore", DeprecationWarning)
             self.model = torch.jit.load(io.BytesIO(data), map_location=self.device).eval()
@@ -74,14 +76,14 @@ class SpeechDetector:
         return torch.cat(frames, dim=1)
 
     def speech(self, windows: list[Window]) -> list[bool]:
-        """Whether each of up to GROUP windows holds speech. A window is scored as PARTS
+        """Whether each of up to `group` windows holds speech. A window is scored as PARTS
         independent stretches side by side: a quarter of the sequential steps, twice as fast,
         with the same decisions (per-window speech frame counts move by under 1%)."""
-        rows = np.zeros((GROUP, windows[0].samples.shape[0]), dtype=np.float32)
+        rows = np.zeros((self.group, windows[0].samples.shape[0]), dtype=np.float32)
         for i, w in enumerate(windows):
             rows[i] = w.samples
-        probs = self.probabilities(rows.reshape(GROUP * PARTS, -1))
-        speech_frames = (probs > THRESHOLD).reshape(GROUP, -1).sum(dim=1).tolist()
+        probs = self.probabilities(rows.reshape(self.group * PARTS, -1))
+        speech_frames = (probs > THRESHOLD).reshape(self.group, -1).sum(dim=1).tolist()
         needed = MIN_SPEECH * SAMPLE_RATE / CHUNK
         return [frames >= needed for frames in speech_frames[: len(windows)]]
 
@@ -95,7 +97,7 @@ def load_detector(device="cpu") -> SpeechDetector | None:
 def speech_windows(windows: Iterable[Window], detector: SpeechDetector) -> Iterator[Window]:
     """The windows that hold speech, in order; the others are dropped as silence is."""
     it = iter(windows)
-    while group := list(islice(it, GROUP)):
+    while group := list(islice(it, detector.group)):
         for window, speech in zip(group, detector.speech(group)):
             if speech:
                 yield window
