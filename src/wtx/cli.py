@@ -96,7 +96,7 @@ def transcribe(
     output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all (default: txt,srt; with -o -, one format, default txt).", show_default=False)] = None,
     language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language code (e.g. en, de). Default: English for .en models, detected once per file otherwise.")] = None,
     task: Annotated[str, typer.Option("--task", help="transcribe, or translate (to English; multilingual models only).")] = "transcribe",
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows decoded together. Larger is faster on GPUs.")] = 8,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows decoded together, from any of the inputs. Every batch is padded to this many rows, so a file's text never depends on the other inputs. Larger is faster on GPUs (try 32); smaller is faster for a single short file on a CPU.")] = 8,
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help=DTYPE_HELP)] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,

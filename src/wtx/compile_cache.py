@@ -89,17 +89,15 @@ def _triton_version() -> str:
         return "none"
 
 
-def _code_digest() -> str:
-    """The source of every module whose code ends up in the compiled graphs."""
-    from wtx import decode, engine, features, model
-
+def _code_digest(sources) -> str:
+    """The bytes of the source files whose code ends up in the compiled graphs (named by the caller)."""
     digest = hashlib.sha256()
-    for module in (decode, engine, features, model):
-        digest.update(Path(module.__file__).read_bytes())
+    for source in sources:
+        digest.update(Path(source).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def bundle_key(dims, device, dtype, batch_size: int, mode: str) -> str:
+def bundle_key(dims, device, dtype, batch_size: int, mode: str, sources=()) -> str:
     import torch
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -112,7 +110,7 @@ def bundle_key(dims, device, dtype, batch_size: int, mode: str) -> str:
         "dtype": str(dtype),
         "batch_size": batch_size,
         "mode": mode,
-        "code": _code_digest(),
+        "code": _code_digest(sources),
     }
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
     return f"{device.type}-b{batch_size}-{str(dtype).removeprefix('torch.')}-{digest}"

@@ -322,8 +322,12 @@ class Engine:
         started = time.perf_counter()
         warnings: list[str] = []
         compile_cache.configure()
+        from wtx import decode, features, model
+
+        sources = [decode.__file__, __file__, features.__file__, model.__file__]  # what is traced
         key = compile_cache.bundle_key(self.dims, self.device, self.dtype, options.batch_size,
-                                       f"{options.step_backend}-graph{int(options.cuda_graph)}-prefix{self.prefix_len}")
+                                       f"{options.step_backend}-graph{int(options.cuda_graph)}-prefix{self.prefix_len}",
+                                       sources)
         loaded = False
         try:
             loaded = compile_cache.load_bundle(key)
