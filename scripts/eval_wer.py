@@ -6,7 +6,7 @@
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
 Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
-  silence    wtx --split silence (windows end at the quietest pause)
+  silence    wtx's defaults: --split silence (windows end at the quietest pause), Silero VAD
   unprompted wtx --split silence --no-condition (every window decoded without previous text)
   fixed      wtx --split fixed (plain 30 s windows)
   plain      wtx's decode_batch on fixed 30 s windows, each alone: the same work as `decode`
@@ -118,7 +118,8 @@ def run_config(config, engine, stock, audio_path):
     from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
     from wtx.segments import split_segments
     from wtx.reference import stock_decode
-    from wtx.split import make_windows
+    from wtx.pipeline import AudioReader
+    from wtx.vad import load_detector
 
     if config == "plain":  # the engine's decode_batch: each window alone, as whisper.decode()
         windows = list(fixed_windows(stream_samples(str(audio_path))))
@@ -130,7 +131,8 @@ def run_config(config, engine, stock, audio_path):
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
     if config in ("silence", "unprompted", "fixed"):
         segments, boundaries = [], []
-        windows = make_windows(stream_samples(str(audio_path)), "fixed" if config == "fixed" else "silence")
+        # the CLI's own path: audio -> windows -> speech windows (Silero VAD, as `wtx transcribe`)
+        windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", load_detector(engine.device))
         if config == "unprompted":
             engine = Engine(replace(engine.options, condition_on_previous_text=False), model=engine.model)
         for r in engine.transcribe_windows(windows, probe_duration(str(audio_path))):

@@ -129,7 +129,7 @@ def run_transcribe(inputs: list[Input], problems: list[str], job: Job) -> int:
 def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     import torch
 
-    from wtx.decode import DecodingOptions
+    from wtx.options import DecodingOptions
     from wtx.engine import CompileError, Engine, EngineOptions
 
     for problem in problems:
