@@ -13,7 +13,6 @@ is, and the caller says so.
 """
 
 import hashlib
-import importlib.util
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 
 from wtx.audio import SAMPLE_RATE, Window
 from wtx.errors import WeightsMismatch
+from wtx.weights import package_file
 
 PACKAGE = "silero_vad"
 MODEL_FILE = "data/silero_vad.jit"
@@ -37,11 +37,7 @@ PARTS = 4  # stretches per window scored side by side (7.5 s each)
 
 def model_file() -> Path | None:
     """The installed package's model, found without importing (running) the package."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / MODEL_FILE
-    return path if path.is_file() else None
+    return package_file(PACKAGE, MODEL_FILE)
 
 
 class SpeechDetector:

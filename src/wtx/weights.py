@@ -58,7 +58,7 @@ BUNDLED = {
 }
 
 
-def _package_file(package: str, relative: str) -> Path | None:
+def package_file(package: str, relative: str) -> Path | None:
     """Locates a data file inside an installed package without importing (executing) it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -77,8 +77,8 @@ def sha256_of(paths: list[Path]) -> str:
 
 
 def _bundled_sources(model: BundledModel) -> tuple[list[Path], Path] | None:
-    parts = [_package_file(pkg, rel) for pkg, rel in model.parts]
-    config = _package_file(*model.config)
+    parts = [package_file(pkg, rel) for pkg, rel in model.parts]
+    config = package_file(*model.config)
     if any(p is None for p in parts) or config is None:
         return None
     return parts, config
