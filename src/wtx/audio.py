@@ -147,10 +147,11 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
             yield np.frombuffer(buf, dtype=np.float32, count=got // 4)
         proc.wait()
         drain.join()
-        reason = _ffmpeg_reason(b"".join(stderr_chunks))
+        messages = b"".join(stderr_chunks)
+        reason = _ffmpeg_reason(messages)
         if proc.returncode != 0:
             raise AudioError(f"{_display(source)}: ffmpeg cannot decode it: {reason}")
-        if b"".join(stderr_chunks).strip():
+        if messages.strip():
             warnings.append(f"{_display(source)}: ffmpeg reported decoding errors: {reason}")
     finally:
         if proc.poll() is None:
