@@ -50,13 +50,13 @@ def main() -> int:
 
         context = sdpa_kernel(SDPBackend.MATH)
     for _ in range(3):
-        if args.variant == "zero-caches" and engine.loop is not None:
+        if args.variant == "zero-caches" and engine.batch.loop is not None:
             for block in engine.model.decoder.blocks:
                 block.attn.kv_cache.k.zero_()
                 block.attn.kv_cache.v.zero_()
         stages = {"samples": digest(np.stack([w.samples for w in windows]))}
         with torch.no_grad(), context:
-            samples = engine.stack(windows).to(engine.device)
+            samples = engine.batch.stack(windows).to(engine.device)
             mel = log_mel_spectrogram(samples, engine.dims.n_mels).to(engine.dtype)
             stages["mel"] = digest(mel)
             features = engine.model.encoder(mel)
@@ -64,7 +64,7 @@ def main() -> int:
             results = engine.decode_batch(windows, prompts=prompts)
             for i, block in enumerate(engine.model.decoder.blocks):
                 stages[f"cross_k{i}"] = digest(block.cross_attn.cross_kv.k)
-            stages["first_logits"] = digest(engine.loop.logits)  # after the last step
+            stages["first_logits"] = digest(engine.batch.loop.logits)  # after the last step
             stages["tokens"] = hashlib.sha256(json.dumps([r.tokens for r in results]).encode()).hexdigest()[:16]
             stages["logprobs"] = hashlib.sha256(json.dumps([r.avg_logprob for r in results]).encode()).hexdigest()[:16]
         repeats.append(stages)

@@ -50,7 +50,7 @@ def test_compiles_fullgraph_without_fallback(engines):
     assert compiled.compile_report.source in ("compiled", "loaded")
     assert compiled.compile_report.warnings == []
     assert compiled.compile_report.ahead_of_time  # aot_compile works here (torch 2.13; 2.11 on the H200)
-    assert compiled.fixed_batch == BATCH
+    assert compiled.batch.owns_caches and compiled.batch.step is not compiled.batch.loop
 
 
 def test_no_recompilation_across_batches(engines):
@@ -71,15 +71,16 @@ def test_compiled_logits_match_eager(engines):
     compiled, eager = engines
     batch = windows(7)
     for engine in (compiled, eager):
-        engine._loop(BATCH)
-        prefix, pad = engine._prefix([[100, 200, 300], []], BATCH, fixed=False)  # one row prompted
+        decoder = engine.batch
+        decoder.ensure_loop()
+        prefix, pad = decoder.prefix([[100, 200, 300], []], BATCH, fixed=False)  # one row prompted
         temperature, seed = torch.tensor([0.0, 0.7]), torch.tensor([1, 2])  # one row samples
-        engine._prefill(engine.stack(batch), None, prefix, pad, temperature, seed)
-        engine.loop.sample = True
+        decoder.prefill(decoder.stack(batch), None, prefix, pad, temperature, seed)
+        decoder.loop.sample = True
         for _ in range(5):
-            engine.step()
-    torch.testing.assert_close(compiled.loop.logits, eager.loop.logits, rtol=1e-3, atol=1e-3)
-    assert torch.equal(compiled.loop.sampled, eager.loop.sampled)
+            decoder.step()
+    torch.testing.assert_close(compiled.batch.loop.logits, eager.batch.loop.logits, rtol=1e-3, atol=1e-3)
+    assert torch.equal(compiled.batch.loop.sampled, eager.batch.loop.sampled)
 
 
 def test_second_process_hits_the_disk_cache(tmp_path):
@@ -90,13 +91,14 @@ def test_second_process_hits_the_disk_cache(tmp_path):
         from tests.test_compile import random_model, BATCH
         from wtx.compile_cache import loads
         import torch._inductor.config as inductor_config
+        from wtx.compiled import CompiledRunner
         from wtx.engine import Engine, EngineOptions
         threads = []
-        build = Engine._build_compiled
+        build = CompiledRunner._build
         def watched(self, *args):
             threads.append(inductor_config.compile_threads)
             return build(self, *args)
-        Engine._build_compiled = watched
+        CompiledRunner._build = watched
         e = Engine(EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True), model=random_model())
         print(json.dumps({"source": e.compile_report.source, "functions": loads["function"], "bundles": loads["bundle"],
                           "traced": counters["stats"]["unique_graphs"], "threads": threads}))
@@ -138,13 +140,13 @@ def test_corrupt_artifacts_are_removed_and_rebuilt(tmp_path, monkeypatch):
 
 def test_just_in_time_when_ahead_of_time_fails(tmp_path, monkeypatch, engines):
     """A torch without a working aot_compile still compiles: just in time, with a warning."""
-    import wtx.engine
+    import wtx.compiled
 
     def unavailable(fn, *args):
         raise RuntimeError("aot_compile is not available")
 
     monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(wtx.engine, "_aot_compile", unavailable)
+    monkeypatch.setattr(wtx.compiled, "_aot_compile", unavailable)
     options = EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True)
     engine = Engine(options, model=random_model())
     report = engine.compile_report

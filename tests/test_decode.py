@@ -1,4 +1,4 @@
-"""The vectorized rules must mask exactly what openai-whisper's per-row logit filters mask."""
+"""The vectorized logit filters must mask exactly what openai-whisper's per-row filters mask."""
 
 import random
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from whisper.decoding import ApplyTimestampRules, SuppressBlank, SuppressTokens
 
-from wtx.decode import DecodeState, TimestampRules, get_tokenizer, greedy_select, suppress_tokens, uniform_noise
+from wtx.decode import DecodeState, LogitFilters, get_tokenizer, select_tokens, suppress_tokens, uniform_noise
 from wtx.options import DecodingOptions
 from wtx.segments import split_segments
 from wtx.model import ModelDimensions
@@ -79,22 +79,22 @@ def test_rules_match_openai_whisper(tokenizer, case):
     for f in stock_filters(tokenizer, sample_begin):
         f.apply(expected, tokens)
 
-    rules = TimestampRules(tokenizer, n_vocab, DecodingOptions())
+    filters = LogitFilters(tokenizer, n_vocab, DecodingOptions())
     states = [state_of(h, ts_begin) for h in histories]
     last, penult, max_ts = (torch.tensor(x) for x in zip(*states))
     i = torch.tensor(len(histories[0]))
-    got = rules(logits.clone(), i, last, penult, max_ts)
+    got = filters(logits.clone(), i, last, penult, max_ts)
     assert torch.equal(torch.isinf(got), torch.isinf(expected))
     assert torch.equal(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
 
 
-def test_greedy_select_forces_end_of_text_after_finish(tokenizer):
-    rules = TimestampRules(tokenizer, TINY_EN.n_vocab, DecodingOptions())
+def test_select_tokens_forces_end_of_text_after_finish(tokenizer):
+    filters = LogitFilters(tokenizer, TINY_EN.n_vocab, DecodingOptions())
     state = DecodeState.start(2, "cpu")
     state.finished[0] = True
     logits = torch.zeros(2, TINY_EN.n_vocab)
     logits[:, tokenizer.timestamp_begin] = 10.0
-    tokens, new = greedy_select(rules, logits, torch.tensor(0), state, torch.zeros(len(logits)), torch.zeros(len(logits), dtype=torch.long))
+    tokens, new = select_tokens(filters, logits, torch.tensor(0), state, torch.zeros(len(logits)), torch.zeros(len(logits), dtype=torch.long))
     assert tokens.tolist() == [tokenizer.eot, tokenizer.timestamp_begin]
     assert new.max_ts.tolist() == [0, tokenizer.timestamp_begin]
     assert new.sum_logprobs[0] == 0  # finished rows stop accumulating
@@ -112,7 +112,7 @@ def test_uniform_noise_depends_only_on_row_seed_step_and_token():
 
 
 def test_sampling_at_a_temperature_follows_the_softmax(tokenizer):
-    rules = TimestampRules(tokenizer, TINY_EN.n_vocab, DecodingOptions())
+    filters = LogitFilters(tokenizer, TINY_EN.n_vocab, DecodingOptions())
     rows = 6000
     hello, world, there = (tokenizer.encode(w)[0] for w in (" hello", " world", " there"))
     logits = torch.full((rows, TINY_EN.n_vocab), -1e4)
@@ -120,12 +120,12 @@ def test_sampling_at_a_temperature_follows_the_softmax(tokenizer):
     state = DecodeState.start(rows, "cpu")
     state.last.fill_(hello)  # step 1 after a text token: text and later timestamps allowed
     seeds = torch.arange(rows)
-    greedy, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.zeros(rows), seeds)
+    greedy, _ = select_tokens(filters, logits, torch.tensor(1), state, torch.zeros(rows), seeds)
     assert (greedy == hello).all()
-    sampled, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.ones(rows), seeds)
+    sampled, _ = select_tokens(filters, logits, torch.tensor(1), state, torch.ones(rows), seeds)
     shares = [(sampled == t).float().mean().item() for t in (hello, world, there)]
     assert shares == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
-    hot, _ = greedy_select(rules, logits, torch.tensor(1), state, torch.full((rows,), 2.0), seeds)
+    hot, _ = select_tokens(filters, logits, torch.tensor(1), state, torch.full((rows,), 2.0), seeds)
     assert (hot == hello).float().mean().item() < shares[0] - 0.05  # hotter is flatter
 
 

@@ -142,16 +142,16 @@ def test_a_prompt_that_silences_speech_is_dropped_for_that_window(model):
 
 def test_stream_length_spreads_a_recording_over_the_rows(model):
     engine, _ = engine_with(model, batch_size=8)
-    assert engine.stream_length(26 * 60) == 7  # 53 windows over 8 rows
-    assert engine.stream_length(60) == 1
-    assert engine.stream_length(None) == engine.options.stream_windows
-    assert engine.stream_length(10 * 3600) == engine.options.stream_windows
+    assert engine.scheduler().stream_length(26 * 60) == 7  # 53 windows over 8 rows
+    assert engine.scheduler().stream_length(60) == 1
+    assert engine.scheduler().stream_length(None) == engine.options.stream_windows
+    assert engine.scheduler().stream_length(10 * 3600) == engine.options.stream_windows
 
 
 def test_engines_that_share_a_model_each_get_their_own_caches(model):
     options = EngineOptions(model="random-tiny", device="cpu", batch_size=2, decoding=DecodingOptions(sample_len=4))
     prompted = Engine(options, model=model)
     alone = Engine(replace(options, condition_on_previous_text=False), model=model)
-    assert prompted.n_slots != alone.n_slots  # different cache lengths on one model
+    assert prompted.batch.n_slots != alone.batch.n_slots  # different cache lengths on one model
     for engine, n in ((prompted, 2), (alone, 1), (prompted, 2)):  # the third call finds the second's caches
         assert len(engine.decode_batch(windows(n), prompts=[[220] * 30] * n)) == n

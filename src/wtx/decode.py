@@ -1,4 +1,4 @@
-"""Greedy decoding with timestamps for a whole batch, as tensor masks.
+"""Decoding with timestamps for a whole batch, greedy or sampled, as tensor masks.
 
 The rules are openai-whisper's `decode()` rules (SuppressBlank, SuppressTokens,
 ApplyTimestampRules with the initial-timestamp limit), rewritten without per-row Python:
@@ -33,8 +33,9 @@ def suppress_tokens(tokenizer) -> list[int]:
     return sorted(tokens)
 
 
-class TimestampRules(torch.nn.Module):
-    """All logit filters of greedy timestamped decoding, held as [n_vocab] tensors."""
+class LogitFilters(torch.nn.Module):
+    """Every logit filter of timestamped decoding (suppressed tokens, blanks, timestamp rules),
+    held as [n_vocab] tensors."""
 
     def __init__(self, tokenizer, n_vocab: int, options: DecodingOptions, device=None):
         super().__init__()
@@ -90,7 +91,7 @@ class TimestampRules(torch.nn.Module):
 
 @dataclass
 class DecodeState:
-    """Per-row state of greedy decoding; every field is a [B] tensor."""
+    """Per-row decoding state; every field is a [B] tensor."""
 
     last: Tensor
     penult: Tensor
@@ -126,39 +127,40 @@ def uniform_noise(seed: Tensor, i: Tensor, vocab: Tensor) -> Tensor:
     return (x.double() + 0.5) / HASH_MODULUS
 
 
-def greedy_select(
-    rules: TimestampRules, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor,
+def select_tokens(
+    filters: LogitFilters, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor,
     sample: bool = True,
 ):
-    """Applies the rules and picks a token per row: the argmax where temperature is 0, else a
+    """Applies the filters and picks a token per row: the argmax where temperature is 0, else a
     sample from softmax(logits / temperature) by the Gumbel-max trick. Returns (tokens [B], new state).
 
     sample=False skips the noise (every row greedy): the same tokens, without its cost."""
-    logits = rules(logits, i, state.last, state.penult, state.max_ts)
+    logits = filters(logits, i, state.last, state.penult, state.max_ts)
     if sample:
-        gumbel = -torch.log(-torch.log(uniform_noise(seed, i, rules.vocab))).float()
+        gumbel = -torch.log(-torch.log(uniform_noise(seed, i, filters.vocab))).float()
         next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)
     else:
         next_tokens = logits.argmax(dim=-1)
     logprobs = torch.log_softmax(logits, dim=-1)
     current = logprobs.gather(-1, next_tokens[:, None])[:, 0]
     sum_logprobs = state.sum_logprobs + torch.where(state.finished, 0.0, current)
-    next_tokens = torch.where(state.finished, rules.eot, next_tokens)
-    is_ts = next_tokens >= rules.timestamp_begin
+    next_tokens = torch.where(state.finished, filters.eot, next_tokens)
+    is_ts = next_tokens >= filters.timestamp_begin
     return next_tokens, DecodeState(
         last=next_tokens,
         penult=state.last,
         max_ts=torch.where(is_ts, next_tokens, state.max_ts),
-        finished=state.finished | (next_tokens == rules.eot),
+        finished=state.finished | (next_tokens == filters.eot),
         sum_logprobs=sum_logprobs,
     )
 
 
-class GreedyLoop(torch.nn.Module):
-    """One greedy decode step for a whole batch, entirely in place on preallocated buffers.
+class DecodeLoop(torch.nn.Module):
+    """One decode step for a whole batch, greedy or sampled per row, entirely in place on
+    preallocated buffers.
 
     `forward()` takes no arguments and returns nothing: it picks the next token from the
-    logits buffer under the rules, writes it into `sampled` at column `i`, runs the decoder
+    logits buffer under the filters, writes it into `sampled` at column `i`, runs the decoder
     on it at cache slot `input_pos` and stores the new logits. Slots are tensors incremented
     in place, so every step is the same graph: compiled once, or captured as a CUDA graph.
     A row whose next position would pass the text context (a long prompt) is finished, as
@@ -168,11 +170,11 @@ class GreedyLoop(torch.nn.Module):
     loop holds one graph for each value.
     """
 
-    def __init__(self, decoder, rules: TimestampRules, batch_size: int, sample_len: int, device):
+    def __init__(self, decoder, filters: LogitFilters, batch_size: int, sample_len: int, device):
         super().__init__()
         self.decoder = decoder
-        self.rules = rules
-        n_vocab = rules.vocab.shape[0]
+        self.filters = filters
+        n_vocab = filters.vocab.shape[0]
 
         def buffer(name, *shape, dtype=torch.long):
             self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -195,7 +197,7 @@ class GreedyLoop(torch.nn.Module):
         n_initial: the prefix length in slots; pad [B]: each row's left padding; temperature,
         seed [B]: each row's sampling temperature (0: greedy) and noise seed."""
         self.logits.copy_(logits)
-        self.sampled.fill_(self.rules.eot)
+        self.sampled.fill_(self.filters.eot)
         self.input_pos.fill_(n_initial)
         self.pad.copy_(pad)
         self.temperature.copy_(temperature)
@@ -204,7 +206,7 @@ class GreedyLoop(torch.nn.Module):
             t.zero_()
 
     def _sampled_at(self, offset: int) -> Tensor:
-        # the token sampled `offset` steps ago [B]; column 0 where there is none (rules ignore it)
+        # the token sampled `offset` steps ago [B]; column 0 where there is none (the filters ignore it)
         column = (self.i - offset).clamp(min=0).view(1, 1).expand(self.sampled.shape[0], 1)
         return self.sampled.gather(1, column)[:, 0]
 
@@ -214,7 +216,7 @@ class GreedyLoop(torch.nn.Module):
         state = DecodeState(
             self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
         )
-        tokens, new = greedy_select(self.rules, self.logits, self.i, state, self.temperature, self.seed, self.sample)
+        tokens, new = select_tokens(self.filters, self.logits, self.i, state, self.temperature, self.seed, self.sample)
         self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
         self.max_ts.copy_(new.max_ts)
         n_ctx = self.decoder.positional_embedding.shape[0]

@@ -1,0 +1,199 @@
+"""One batch of windows on the device: features, encoder, prefix, decode steps and results.
+
+Every batch has the same shape, eager or compiled: padded with silent rows to the batch size,
+every prefix left-padded to the longest possible prompt. So a row's arithmetic, and its text,
+never depend on the other rows or on how many there are. A batch syncs with the device only
+every `check_every` steps, to see whether every row has reached end-of-text.
+
+The decoder runs its encoder and steps through plain attributes (`encoder`, `step`,
+`prefill_graph`); the compiled runner (wtx.compiled) replaces them with compiled functions and
+CUDA graphs. Nothing here touches Inductor.
+"""
+
+import numpy as np
+import torch
+
+from wtx.audio import N_SAMPLES, Window
+from wtx.decode import DecodeLoop, LogitFilters
+from wtx.features import log_mel_spectrogram
+from wtx.model import Whisper
+from wtx.options import DecodingOptions
+from wtx.segments import WindowResult, split_segments
+
+
+def silent_window() -> Window:
+    """Padding for a batch's unused rows; their results are discarded."""
+    return Window(index=-1, offset=0.0, duration=0.0, samples=np.zeros(N_SAMPLES, dtype=np.float32))
+
+
+def window_seed(window: Window, temperature: float) -> int:
+    """A row's sampling-noise seed: from its window's offset and temperature, not its batch."""
+    return round(window.offset * 50) * 16 + round(temperature * 10)
+
+
+class BatchDecoder:
+    """Decodes up to `batch_size` windows at a time with one model, tokenizer and options."""
+
+    def __init__(self, model: Whisper, tokenizer, decoding: DecodingOptions, batch_size: int,
+                 max_prompt: int, check_every: int, dtype: torch.dtype):  # fmt: skip
+        self.model = model
+        self.dims = model.dims
+        self.tokenizer = tokenizer
+        self.decoding = decoding
+        self.batch_size = batch_size
+        self.max_prompt = max_prompt  # previous-text tokens a prompt may hold; 0: no prompts
+        self.check_every = check_every
+        self.dtype = dtype
+        self.device = next(model.parameters()).device
+        self.filters = LogitFilters(tokenizer, self.dims.n_vocab, decoding, self.device)
+        self.sample_len = min(decoding.sample_len, self.dims.n_text_ctx // 2)
+        self.sot_sequence = torch.tensor(tokenizer.sot_sequence, device=self.device)
+        self.sot_index = list(tokenizer.sot_sequence).index(tokenizer.sot)
+        n_sot = len(tokenizer.sot_sequence)
+        self.prefix_len = n_sot + (1 + max_prompt if max_prompt else 0)  # the longest prefix
+        self.n_slots = self.prefix_len + self.sample_len
+        self.slots = torch.arange(self.n_slots, device=self.device)
+        self.loop: DecodeLoop | None = None
+        self.encoder = model.encoder  # set by the compiled runner
+        self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
+        self.steps_per_call = 1
+        self.prefill_graph = None  # a CUDA graph of `prefill` with its static tensors (wtx.compiled)
+        self.owns_caches = False  # True once compiled functions hold this decoder's cache tensors
+
+    def stack(self, windows: list[Window]) -> torch.Tensor:
+        """The windows' samples as one [B, N_SAMPLES] CPU tensor, pinned when the model is on CUDA."""
+        samples = torch.from_numpy(np.stack([w.samples for w in windows]))
+        return samples.pin_memory() if self.device.type == "cuda" else samples
+
+    def language_tokens(self, languages: list[str | None], batch: int) -> torch.Tensor | None:
+        """The language token per row (padding rows take the first row's), or None: an
+        English-only model, or a row whose language is to be detected."""
+        if not self.dims.is_multilingual or any(language is None for language in languages):
+            return None
+        tokens = [self.tokenizer.to_language_token(language) for language in languages]
+        return torch.tensor(tokens + [tokens[0]] * (batch - len(tokens)), device=self.device)
+
+    def _detect_language(self, logits_at_sot: torch.Tensor) -> torch.Tensor:
+        # logits_at_sot: [B, V] -> the most likely language token of the first row, for all rows
+        lang_ids = torch.tensor(self.tokenizer.all_language_tokens, device=self.device)
+        best = lang_ids[logits_at_sot[:1, lang_ids].argmax(dim=-1)]
+        return best.expand(logits_at_sot.shape[0])
+
+    def ensure_loop(self) -> DecodeLoop:
+        """The decode loop and the model's caches, allocated for this decoder's batch size."""
+        # another decoder may share the model and have reallocated its caches for other shapes
+        caches_fit = (self.model.batch_size, self.model.n_slots) == (self.batch_size, self.n_slots)
+        if self.owns_caches and not caches_fit:
+            raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
+        if self.loop is None or not caches_fit:
+            self.model.setup_caches(self.batch_size, self.n_slots)
+            self.loop = DecodeLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.device)
+            self.step = self.loop
+            self.steps_per_call = 1
+        return self.loop
+
+    def prefix(self, prompts: list[list[int]] | None, n_rows: int, fixed: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's initial tokens per row, left-padded to one length: ([B, P], pad [B]).
+
+        A row is [<|startofprev|>, *prompt, *sot_sequence], or the sot sequence alone without a
+        prompt. P is the decoder's longest possible prefix, or the longest row unless `fixed`."""
+        sot_sequence = list(self.tokenizer.sot_sequence)
+        rows = []
+        for i in range(n_rows):
+            prompt = prompts[i][-self.max_prompt :] if prompts and i < len(prompts) and self.max_prompt else []
+            rows.append(([self.tokenizer.sot_prev, *prompt] if prompt else []) + sot_sequence)
+        width = self.prefix_len if fixed else max(len(r) for r in rows)
+        pad = [width - len(r) for r in rows]
+        tokens = [[self.tokenizer.eot] * p + r for p, r in zip(pad, rows)]
+        return torch.tensor(tokens), torch.tensor(pad)
+
+    def prefill(self, samples, language_tokens, prefix, pad, temperature, seed):
+        """Features, encoder, cross-attention K/V and the prefix tokens, then resets the loop.
+
+        samples: [B, N_SAMPLES], prefix: [B, P], pad, temperature and seed: [B], all on the
+        device. Pure tensor work (no host transfers), so it can be captured as a CUDA graph.
+        Returns (no_speech_probs [B], language_tokens [B] or None)."""
+        decoder = self.model.decoder
+        n, width = prefix.shape
+        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
+        decoder.set_audio_features(self.encoder(mel))
+        if self.dims.is_multilingual and language_tokens is None:
+            sot = self.sot_sequence[:1].expand(n, 1)
+            first = decoder(sot, self.slots[:1], torch.zeros_like(pad))[:, 0]
+            language_tokens = self._detect_language(first)  # the first row decides
+        sot_at = width - len(self.tokenizer.sot_sequence)  # the sot sequence ends every row
+        if language_tokens is not None:
+            prefix = torch.cat([prefix[:, : sot_at + 1], language_tokens[:, None], prefix[:, sot_at + 2 :]], dim=1)
+        hidden = decoder.hidden(prefix, self.slots[:width], pad)
+        sot = sot_at + self.sot_index
+        logits = decoder.logits(torch.cat([hidden[:, sot : sot + 1], hidden[:, -1:]], dim=1))
+        if self.tokenizer.no_speech is not None:
+            no_speech = logits[:, 0].softmax(dim=-1)[:, self.tokenizer.no_speech]
+        else:
+            no_speech = torch.zeros(n, device=self.device)
+        self.loop.reset(logits[:, 1], width, pad, temperature, seed)
+        return no_speech, language_tokens
+
+    def run_steps(self) -> None:
+        """Runs decode steps until every row has ended or sample_len tokens were sampled."""
+        every = max(self.check_every, self.steps_per_call)
+        done = 0
+        while done < self.sample_len:
+            self.step()
+            done += self.steps_per_call
+            if done % every == 0 and bool(self.loop.finished.all()):  # the only host sync
+                break
+
+    @torch.no_grad()  # not inference_mode: functions compiled ahead of time guard on it
+    def decode(
+        self,
+        windows: list[Window],
+        prompts: list[list[int]] | None = None,
+        temperatures: list[float] | None = None,
+        languages: list[str | None] | None = None,
+    ) -> list[WindowResult]:
+        """Timestamped decoding of up to batch_size windows at once.
+
+        prompts: per window, the previous text's tokens to condition on (may be empty);
+        temperatures: per window, 0 for greedy (the default) or a sampling temperature, its
+        noise seeded by `window_seed`; languages: per window (default: the decoding options'
+        language); None rows of a multilingual model are detected from the first row."""
+        n = len(windows)
+        if n > self.batch_size:
+            raise ValueError(f"batch of {n} windows exceeds the batch size {self.batch_size}")
+        temperatures = list(temperatures or []) + [0.0] * (n - len(temperatures or []))
+        rows = windows + [silent_window()] * (self.batch_size - n)
+        loop = self.ensure_loop()
+        language_tokens = self.language_tokens(languages or [self.decoding.language] * n, self.batch_size)
+        prefix, pad = self.prefix(prompts, self.batch_size)
+        temperature = temperatures + [0.0] * (self.batch_size - n)
+        seed = torch.tensor([window_seed(w, t) for w, t in zip(rows, temperature)])
+        inputs = (self.stack(rows), language_tokens, prefix, pad, torch.tensor(temperature), seed)
+        loop.sample = any(t > 0 for t in temperatures)  # greedy batches skip the sampling noise
+        needs_detection = self.dims.is_multilingual and language_tokens is None
+        if self.prefill_graph is not None and not needs_detection:
+            no_speech, language_tokens = self.prefill_graph(*inputs)
+        else:
+            samples, _, *rest = inputs
+            samples = samples.to(self.device, non_blocking=True)
+            no_speech, language_tokens = self.prefill(samples, language_tokens, *(t.to(self.device) for t in rest))
+        self.run_steps()
+        return self.results(windows, loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens, temperatures)
+
+    def results(self, windows, sampled, sum_logprobs, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
+        eot = self.tokenizer.eot
+        rows = sampled.cpu().tolist()
+        sum_logprobs = sum_logprobs.cpu().tolist()
+        no_speech = no_speech_probs.float().cpu().tolist()
+        if language_tokens is None:
+            languages = [self.decoding.language or "en"] * len(windows)
+        else:
+            languages = [self.tokenizer.decode([t]).strip("<|>") for t in language_tokens.tolist()]
+        results = []
+        for w, row, lp, ns, lang, t in zip(windows, rows, sum_logprobs, no_speech, languages, temperatures):
+            tokens = row[: row.index(eot)] if eot in row else row
+            result = WindowResult(w, tokens, lang, ns, lp / (len(tokens) + 1), [], t)
+            if not result.is_silent(self.decoding):
+                result.segments = split_segments(tokens, self.tokenizer, w.offset, w.duration)
+            results.append(result)
+        return results
