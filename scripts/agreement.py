@@ -4,9 +4,10 @@
     python scripts/agreement.py --model tiny.en --files book.mp3 lecture.flac --json out.json
     python scripts/agreement.py --device cuda --model /tmp/base.pt -b 32 --files ...
 
-Each file is cut into the default silence-aware windows once; both engines transcribe those
-windows as `wtx transcribe` does (previous-text prompts, temperature fallback, seek tails), with
-the same options, device, dtype and batch size. Reported per file: windows whose text is
+Each file is cut into windows once, as `wtx transcribe` cuts them (pauses, Silero VAD); both
+models (wtx.load_model, eager and compiled) transcribe those windows through the scheduler
+(previous-text prompts, temperature fallback, seek tails), with the same options, device, dtype
+and batch size. Reported per file: windows whose text is
 identical, and the WER between the two full texts (whisper's EnglishTextNormalizer).
 """
 
@@ -22,10 +23,13 @@ LONG_FILES = ["audio/lj001_0001-0032_concat.flac", "audio/long_mix_en.mp3", "tts
               "tts/alice_ch01_espeak.mp3", "tts/copperfield_ch01_slt.mp3"]  # fmt: skip
 
 
-def transcribe(engine, windows, duration):
+def transcribe(model, windows, duration):
     """Per window index, the window's text; and the seconds it took."""
+    from wtx.streams import Recording, WindowDone
+
     started = time.perf_counter()
-    texts = {r.window.index: " ".join(s.text for s in r.segments) for r in engine.transcribe_windows(iter(windows), duration)}
+    events = model.run([Recording("file", iter(windows), duration, {}, "en")], ordered=True)
+    texts = {e.result.window.index: " ".join(s.text for s in e.result.segments) for e in events if isinstance(e, WindowDone)}
     return texts, time.perf_counter() - started
 
 
@@ -35,7 +39,7 @@ def main() -> int:
     parser.add_argument("--files", nargs="*", type=Path, help="audio files (default: the long files in ../shared)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU)")
-    parser.add_argument("-b", "--batch-size", type=int, default=32)
+    parser.add_argument("-b", "--batch-size", type=int, help="default: automatic, as wtx transcribe")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--emulate-precision-casts", action="store_true",
                         help="Inductor rounds fused intermediates to the model dtype, as eager does")
@@ -43,20 +47,16 @@ def main() -> int:
                         help="diagnostic: set torch._inductor.config.KEY (true/false/integer), repeatable")
     parser.add_argument("--step-backend", default="inductor",
                         help="diagnostic: 'eager' compiles the encoder only and replays the eager step's kernels")
-    parser.add_argument("--eager-fixed-batch", action="store_true",
-                        help="diagnostic: pad the eager engine's batches to -b rows, as the compiled one does")
-    parser.add_argument("--eager-fixed-prefix", action="store_true",
-                        help="diagnostic: pad the eager engine's prefixes to the longest prompt, as CUDA graphs do")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
     import jiwer
     import torch
 
-    from wtx.audio import probe_duration, stream_samples
-    from wtx.engine import Engine, EngineOptions
+    import wtx
+    from wtx.audio import probe_duration
     from wtx.metrics import normalize
-    from wtx.split import make_windows
+    from wtx.pipeline import AudioReader
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -73,22 +73,23 @@ def main() -> int:
     if not files:
         print("no audio files found", file=sys.stderr)
         return 1
-    options = dict(model=args.model, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
-    eager = Engine(EngineOptions(**options))
-    compiled = Engine(EngineOptions(**options, compile=True, strict=True, step_backend=args.step_backend))
-    if args.eager_fixed_batch:
-        eager.fixed_batch = args.batch_size  # same GEMM shapes on both sides
-    if args.eager_fixed_prefix:
-        prefix = eager._prefix
-        eager._prefix = lambda prompts, n_rows, fixed: prefix(prompts, n_rows, True)
-    report = {"model": args.model, "device": str(eager.device), "dtype": str(eager.dtype).removeprefix("torch."),
-              "batch_size": args.batch_size, "torch": torch.__version__,
-              "emulate_precision_casts": args.emulate_precision_casts, "eager_fixed_batch": args.eager_fixed_batch,
-              "eager_fixed_prefix": args.eager_fixed_prefix, "inductor": args.inductor, "step_backend": args.step_backend,
-              "compile": {"source": compiled.compile_report.source, "seconds": compiled.compile_report.seconds},
+    options = dict(device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    eager = wtx.load_model(args.model, **options)
+    compiled = wtx.load_model(args.model, **options, compile=True, strict=True)
+    if args.step_backend != "inductor":  # a diagnostic the API does not offer: rebuild its engine
+        from dataclasses import replace
+
+        from wtx.engine import Engine
+
+        compiled.engine = Engine(replace(compiled.engine.options, step_backend=args.step_backend))
+    used = eager.options
+    report = {"model": args.model, "device": used["device"], "dtype": used["dtype"], "batch_size": used["batch_size"],
+              "torch": torch.__version__, "emulate_precision_casts": args.emulate_precision_casts,
+              "inductor": args.inductor, "step_backend": args.step_backend,
+              "compile": {"source": compiled.engine.compile_report.source, "seconds": compiled.engine.compile_report.seconds},
               "files": []}  # fmt: skip
     for path in files:
-        windows = list(make_windows(stream_samples(str(path)), "silence"))
+        windows = list(AudioReader(str(path), "silence", eager.detector))
         duration = probe_duration(str(path))
         reference, eager_s = transcribe(eager, windows, duration)
         candidate, compiled_s = transcribe(compiled, windows, duration)

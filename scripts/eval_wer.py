@@ -27,7 +27,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,15 +110,18 @@ def cross_count(reference: str, decoded: dict) -> None:
                 row["errors_near"][other] = score(reference, segments, boundaries)["boundary_errors"]
 
 
-def run_config(config, engine, stock, audio_path):
+def run_config(config, models, stock, audio_path):
+    """(segments, window boundaries) of one configuration on one file. models: "prompted" and
+    "unprompted" wtx models (wtx.load_model); stock: openai-whisper's model."""
     import torch
 
-    from wtx.engine import Engine
     from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
-    from wtx.segments import split_segments
-    from wtx.reference import stock_decode
     from wtx.pipeline import AudioReader
-    from wtx.vad import load_detector
+    from wtx.reference import stock_decode
+    from wtx.segments import split_segments
+    from wtx.streams import Recording, WindowDone
+
+    engine = models["prompted"].engine
 
     if config == "plain":  # the engine's decode_batch: each window alone, as whisper.decode()
         windows = list(fixed_windows(stream_samples(str(audio_path))))
@@ -131,13 +133,17 @@ def run_config(config, engine, stock, audio_path):
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
     if config in ("silence", "unprompted", "fixed"):
         segments, boundaries = [], []
-        # the CLI's own path: audio -> windows -> speech windows (Silero VAD, as `wtx transcribe`)
-        windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", load_detector(engine.device))
-        if config == "unprompted":
-            engine = Engine(replace(engine.options, condition_on_previous_text=False), model=engine.model)
-        for r in engine.transcribe_windows(windows, probe_duration(str(audio_path))):
-            segments += [(s.start, s.end, s.text) for s in r.segments]
-            boundaries.append(r.window.offset + r.window.duration)
+        model = models["unprompted" if config == "unprompted" else "prompted"]
+        # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
+        windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", model.detector)
+        recording = Recording(audio_path.name, iter(windows), probe_duration(str(audio_path)), {}, "en")
+        for event in model.run([recording], ordered=True):
+            if isinstance(event, WindowDone):
+                r = event.result
+                segments += [(s.start, s.end, s.text) for s in r.segments]
+                boundaries.append(r.window.offset + r.window.duration)
+            elif event.error is not None:
+                raise event.error
         return segments, boundaries[:-1]
     if config == "decode":
         windows = list(fixed_windows(stream_samples(str(audio_path))))
@@ -201,7 +207,7 @@ def main() -> int:
 
     import torch
 
-    from wtx.engine import Engine, EngineOptions
+    import wtx
     from wtx.reference import load_stock_model
     from wtx.weights import load_checkpoint
 
@@ -217,14 +223,16 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
-        engine = Engine(EngineOptions(model=model, device=args.device, dtype=dtype, batch_size=args.batch_size))
+        options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
+        models = {"prompted": wtx.load_model(model, **options),
+                  "unprompted": wtx.load_model(model, **options, condition_on_previous_text=False)}  # fmt: skip
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
             text = reference.read_text()
             decoded = {}  # config -> (row, segments, boundaries), for errors_near
             for config in args.configs.split(","):
                 started = time.perf_counter()
-                segments, boundaries = run_config(config, engine, stock, audio)
+                segments, boundaries = run_config(config, models, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
                 row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
                        **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip

@@ -6,8 +6,8 @@
 
 The files are decoded and cut into windows (pause-cut, Silero VAD) once, before any clock
 starts; what is timed is the scheduler and the engine alone: `Model.run()` over in-memory
-windows, synchronized before each clock read, after one untimed warm-up pass, the median of
---repeat passes. Compile (or load) time is reported apart.
+windows, synchronized before each clock read, after --warm-up untimed passes (default 1), the
+median of --repeat passes. Compile (or load) time is reported apart.
 
 --batch-sizes: every file (--copies times) through one run at each batch size; decoding RTFx and
 peak device memory.
@@ -60,15 +60,15 @@ def windows_of(model, audio: np.ndarray) -> list:
     return list(AudioReader(audio, "silence", model.detector))
 
 
-def timed_runs(model, recordings: list[tuple[str, list, float]], repeat: int) -> list[float]:
-    """Seconds per pass of every recording through one scheduler run; one warm-up pass first."""
+def timed_runs(model, recordings: list[tuple[str, list, float]], repeat: int, warm_up: int = 1) -> list[float]:
+    """Seconds per pass of every recording through one scheduler run, after `warm_up` passes."""
     import torch
 
     from wtx.streams import Recording, RecordingDone
 
     language = model.engine.options.decoding.language or "en"
     seconds = []
-    for i in range(repeat + 1):
+    for i in range(warm_up + repeat):
         batch = [Recording(key, iter(ws), duration, {}, language) for key, ws, duration in recordings]
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -78,7 +78,7 @@ def timed_runs(model, recordings: list[tuple[str, list, float]], repeat: int) ->
             torch.cuda.synchronize()
         if done != len(batch):
             raise RuntimeError(f"{len(batch) - done} recordings failed")
-        if i:  # the first pass is the warm-up
+        if i >= warm_up:
             seconds.append(time.perf_counter() - started)
     return seconds
 
@@ -106,6 +106,7 @@ def main() -> int:
     parser.add_argument("--clips", type=int, help="measure N clips against their concatenation")
     parser.add_argument("--copies", type=int, default=1, help="each file this many times, as separate recordings")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--warm-up", type=int, default=1, help="untimed passes first (eager on a CPU needs none)")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -121,6 +122,7 @@ def main() -> int:
     meta = {"model": args.model, "compile": args.compile, "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
             "threads": torch.get_num_threads(), "files": list(audios), "copies": args.copies, "repeat": args.repeat,
+            "warm_up": args.warm_up,
             "audio_s": round(args.copies * sum(len(a) for a in audios.values()) / SAMPLE_RATE, 1)}  # fmt: skip
     result: dict = {"meta": meta}
     windows = None
@@ -134,7 +136,7 @@ def main() -> int:
             if windows is None:  # VAD and cutting are the same for every batch size
                 windows = [(name, windows_of(model, audio), len(audio) / SAMPLE_RATE) for name, audio in audios.items()]
                 windows = [(f"{name}#{i}", ws, s) for i in range(args.copies) for name, ws, s in windows]
-            passes = timed_runs(model, windows, args.repeat)
+            passes = timed_runs(model, windows, args.repeat, args.warm_up)
             median = statistics.median(passes)
             row = {"batch_size": b, **loaded, "passes_s": [round(s, 3) for s in passes], "median_s": round(median, 3),
                    "rtfx": round(meta["audio_s"] / median, 1),
@@ -150,8 +152,8 @@ def main() -> int:
         many = [(f"clip{i:03d}", windows_of(model, c), len(c) / SAMPLE_RATE) for i, c in enumerate(clips)]
         joined = np.concatenate(clips)
         one = [("joined", windows_of(model, joined), len(joined) / SAMPLE_RATE)]
-        apart = statistics.median(timed_runs(model, many, args.repeat))
-        together = statistics.median(timed_runs(model, one, args.repeat))
+        apart = statistics.median(timed_runs(model, many, args.repeat, args.warm_up))
+        together = statistics.median(timed_runs(model, one, args.repeat, args.warm_up))
         result["clips"] = {"batch_size": args.batch_size, **loaded, "clips": args.clips, "audio_s": round(clip_s, 1),
                            "windows_clips": sum(len(w) for _, w, _ in many), "windows_joined": len(one[0][1]),
                            "clips_s": round(apart, 3), "joined_s": round(together, 3),

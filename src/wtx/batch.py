@@ -79,6 +79,21 @@ class BatchDecoder:
         best = lang_ids[logits_at_sot[:1, lang_ids].argmax(dim=-1)]
         return best.expand(logits_at_sot.shape[0])
 
+    @torch.no_grad()
+    def detect_language(self, window: Window) -> str:
+        """The language spoken in `window` (multilingual models): the encoder on the batch's fixed
+        shape, then one decoder step at <|startoftranscript|>, as the prefill detects it."""
+        self.ensure_loop()
+        rows = [window] + [silent_window()] * (self.batch_size - 1)
+        samples = self.stack(rows).to(self.device, non_blocking=True)
+        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
+        decoder = self.model.decoder
+        decoder.set_audio_features(self.encoder(mel))
+        sot = self.sot_sequence[:1].expand(self.batch_size, 1)
+        pad = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
+        token = self._detect_language(decoder(sot, self.slots[:1], pad)[:, 0])[0]
+        return self.tokenizer.decode([int(token)]).strip("<|>")
+
     def ensure_loop(self) -> DecodeLoop:
         """The decode loop and the model's caches, allocated for this decoder's batch size."""
         # another decoder may share the model and have reallocated its caches for other shapes

@@ -62,6 +62,15 @@ def _check_inputs(inputs: list[str]) -> None:
             raise typer.BadParameter(f"{display(source)}: no such file", param_hint="FILES")
 
 
+def _parse_batch_size(value: str) -> int | None:
+    """--batch-size: None for auto, else an integer from 1 to 256 (a usage error otherwise)."""
+    if value == "auto":
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 256:
+        raise typer.BadParameter(f"{value!r}: give auto or a whole number from 1 to 256", param_hint="--batch-size")
+    return int(value)
+
+
 def _check_device(device: str | None) -> None:
     """Usage errors (exit 2) for a device this torch cannot use, saying which ones it can."""
     import re
@@ -96,7 +105,7 @@ def transcribe(
     output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all (default: txt,srt; with -o -, one format, default txt).", show_default=False)] = None,
     language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language code (e.g. en, de). Default: English for .en models, detected once per file otherwise.")] = None,
     task: Annotated[str, typer.Option("--task", help="transcribe, or translate (to English; multilingual models only).")] = "transcribe",
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows decoded together, from any of the inputs. Every batch is padded to this many rows, so a file's text never depends on the other inputs. Larger is faster on GPUs (try 32); smaller is faster for a single short file on a CPU.")] = 8,
+    batch_size: Annotated[str, typer.Option("--batch-size", "-b", metavar="N|auto", help="Windows decoded together, from any of the inputs (1-256), or auto: the size that measured fastest for the model on this device within its free memory (64 for tiny.en and base on an H200, 8 on a CPU). Every batch is padded to this many rows, so a file's text never depends on the other inputs; a different size can change the text.")] = "auto",
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help=DTYPE_HELP)] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
@@ -133,6 +142,7 @@ def transcribe(
     if split not in ("silence", "fixed"):
         raise typer.BadParameter("choose silence or fixed", param_hint="--split")
     _check_device(device)
+    rows = _parse_batch_size(batch_size)
     out = None if output_dir in (None, "-") else Path(output_dir)
 
     from wtx.transcribe import Job, run_transcribe
@@ -140,7 +150,7 @@ def transcribe(
     expanded = expand(files)
     job = Job(
         model=model, out=out, to_stdout=to_stdout, formats=tuple(formats), language=language,
-        task=task, batch_size=batch_size, device=device, dtype=dtype, threads=threads, quiet=quiet,
+        task=task, batch_size=rows, device=device, dtype=dtype, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
     )  # fmt: skip

@@ -11,11 +11,13 @@ other rows do the same for other stretches of the recording, or for other record
 """
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import torch
 
 from wtx import batch as batch_module, compiled, decode, features, model as model_module
 from wtx.audio import Window
+from wtx.autobatch import pick_batch_size
 from wtx.batch import BatchDecoder
 from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
@@ -64,6 +66,8 @@ class Engine:
             model = load_model(load_checkpoint(options.model), self.device, self.dtype)
         self.model = model
         self.dims = model.dims
+        if options.batch_size is None:  # resolved once: the options say what ran
+            options = self.options = replace(options, batch_size=pick_batch_size(self.dims, self.device, self.dtype))
         decoding = options.decoding
         if not self.dims.is_multilingual and decoding.language not in (None, "en"):
             raise ValueError(f"{options.model} is English-only; it cannot use --language {decoding.language}")
@@ -98,7 +102,7 @@ class Engine:
 
     def detect_language(self, window: Window) -> str:
         """The language spoken in `window` (multilingual models): a step of its own, once per file."""
-        return self.batch.decode([window], languages=[None])[0].language
+        return self.batch.detect_language(window)
 
     def transcribe_windows(
         self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None,

@@ -22,7 +22,7 @@ class EngineOptions:
     model: str = "tiny.en"
     device: str | None = None  # None: cuda if available, else cpu
     dtype: str | None = None  # None: fp16 on cuda, fp32 on cpu
-    batch_size: int = 8
+    batch_size: int | None = None  # None: automatic (wtx.autobatch)
     check_every: int = 8  # decode steps between all-rows-finished checks
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
     compile: bool = False  # torch.compile the encoder and the decode step (Inductor)

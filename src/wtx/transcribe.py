@@ -51,7 +51,7 @@ class Job:
     formats: tuple[str, ...] = ("txt", "srt")
     language: str | None = None
     task: str = "transcribe"
-    batch_size: int = 8
+    batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
     threads: int | None = None
@@ -165,10 +165,9 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     if job.threads:
         torch.set_num_threads(job.threads)
     durations = {i.path: probe_duration(i.path) for i in inputs}
-    batch_size = job.batch_size  # never the inputs': a file's text must not depend on the others
     known = [d for d in durations.values() if d is not None]
     options = EngineOptions(
-        model=job.model, device=job.device, dtype=job.dtype, batch_size=batch_size,
+        model=job.model, device=job.device, dtype=job.dtype, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language), compile=job.compile,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
@@ -178,6 +177,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     except (WtxError, ValueError, CompileError) as e:
         _error(str(e))
         return 1
+    batch_size = engine.options.batch_size  # never the inputs': a file's text must not depend on the others
     report = engine.compile_report
     for warning in report.warnings if report else []:
         _warn(warning)
@@ -186,7 +186,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
         stderr.print(
             f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
-            f"batch {batch_size}{status}; ready in {time.perf_counter() - started:.1f} s",
+            f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; ready in {time.perf_counter() - started:.1f} s",
             highlight=False,
         )
     detector = None
