@@ -123,7 +123,11 @@ def test_corrupt_artifacts_are_removed_and_rebuilt(tmp_path, monkeypatch):
 
     monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
     options = EngineOptions(model="random-tiny", device="cpu", batch_size=BATCH, compile=True, strict=True)
-    Engine(options, model=random_model())
+    status = []
+    Engine(options, model=random_model(), on_status=status.append)
+    Engine(options, model=random_model(), on_status=status.append)
+    assert status == [f"compiling the encoder and decode step for batch {BATCH} (first run only: later runs load it) ...",
+                      f"loading the compiled encoder and decode step (batch {BATCH}) ..."]  # fmt: skip
     saved = sorted((tmp_path / "compiled").iterdir())
     bundles = [p for p in saved if p.suffix == ".bin"]
     functions = [p for p in saved if p.suffix == ".fn"]
@@ -136,6 +140,19 @@ def test_corrupt_artifacts_are_removed_and_rebuilt(tmp_path, monkeypatch):
     assert engine.compile_report.source == "compiled"
     assert compile_cache.bundle_path(bundles[0].stem).read_bytes() != b"this is not a bundle"
     assert all(p.is_file() and p.read_bytes() != b"this is not a bundle" for p in functions)
+
+
+def test_inductor_notes_for_its_developers_are_not_shown():
+    import warnings
+
+    from wtx import compile_cache
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("default")  # what catch_warnings resets: apply wtx's filter again
+        compile_cache.configure()
+        warnings.warn("\nOnline softmax is disabled on the fly since Inductor decides to\nsplit the reduction.", UserWarning)
+        warnings.warn("something a user should see", UserWarning)
+    assert [str(w.message) for w in caught] == ["something a user should see"]
 
 
 def test_just_in_time_when_ahead_of_time_fails(tmp_path, monkeypatch, engines):

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ def configure() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
     import torch._inductor.config as inductor_config
 
+    # a note to PyTorch's developers about its own kernel choice, printed twice per cold compile
+    warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
     inductor_config.fx_graph_cache = True
     if hasattr(inductor_config, "deterministic"):
         # no kernel choices by timing: a cold compile and a process that loads its artifacts run

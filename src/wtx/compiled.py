@@ -6,6 +6,7 @@ back to eager when anything fails. It is the only module that touches Inductor.
 """
 
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -122,13 +123,13 @@ class CompiledRunner:
         """What, besides shapes and sources, makes compiled artifacts differ."""
         return f"{self.step_backend}-graph{int(self.cuda_graph)}-prefix{self.batch.prefix_len}"
 
-    def compile(self, sources: list[str]) -> CompileReport:
+    def compile(self, sources: list[str], on_status: Callable[[str], None] | None = None) -> CompileReport:
         """Compiles the encoder and the decode step for the decoder's fixed batch.
 
         Saved artifacts for this exact configuration are loaded first: the functions compiled
         ahead of time (no tracing at all) and the bundle of Inductor's caches; after a fresh
         compile both are saved. Failures fall back to eager with a warning, or raise
-        CompileError when `strict`."""
+        CompileError when `strict`. on_status(line) hears what is about to happen."""
         from wtx import compile_cache
 
         batch = self.batch
@@ -142,6 +143,10 @@ class CompiledRunner:
         except compile_cache.CorruptBundle as e:
             warnings.append(f"{e}; compiling from scratch")
         saved = all(compile_cache.function_path(key, name).is_file() for name in FUNCTION_NAMES)
+        if on_status is not None:
+            on_status(f"loading the compiled encoder and decode step (batch {batch.batch_size}) ..." if loaded and saved
+                      else f"compiling the encoder and decode step for batch {batch.batch_size} "
+                           "(first run only: later runs load it) ...")  # fmt: skip
         try:
             with compile_cache.in_process(loaded and saved):  # only loading: no compile workers
                 precompiled = self._build(key, warnings)

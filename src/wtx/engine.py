@@ -56,7 +56,8 @@ def repeatable_attention() -> None:
 
 
 class Engine:
-    def __init__(self, options: EngineOptions = EngineOptions(), model: Whisper | None = None):
+    def __init__(self, options: EngineOptions = EngineOptions(), model: Whisper | None = None, on_status=None):
+        """on_status(line), if given, hears what compilation is about to do (wtx.compiled)."""
         self.options = options
         self.device = pick_device(options.device)
         self.dtype = pick_dtype(options.dtype, self.device)
@@ -80,7 +81,7 @@ class Engine:
         self.compile_report: CompileReport | None = None
         if options.compile:
             runner = CompiledRunner(self.batch, options.step_backend, options.cuda_graph, options.strict)
-            self.compile_report = runner.compile(TRACED_SOURCES)
+            self.compile_report = runner.compile(TRACED_SOURCES, on_status)
 
     def decode_batch(self, windows: list[Window], prompts=None, temperatures=None, languages=None) -> list[WindowResult]:
         """Up to batch_size windows decoded at once (see BatchDecoder.decode)."""

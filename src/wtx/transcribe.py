@@ -173,7 +173,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     )  # fmt: skip
     started = time.perf_counter()
     try:
-        engine = Engine(options)
+        engine = Engine(options, on_status=None if job.quiet else lambda line: stderr.print(line, highlight=False, soft_wrap=True))
     except (WtxError, ValueError, CompileError) as e:
         _error(str(e))
         return 1
@@ -187,7 +187,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         stderr.print(
             f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
             f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; ready in {time.perf_counter() - started:.1f} s",
-            highlight=False,
+            highlight=False, soft_wrap=True,  # one line, however narrow the terminal: logs are read by scripts
         )
     detector = None
     if job.vad:
@@ -257,13 +257,13 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
             f"transcribed {n_total - len(failed)}/{n_total} inputs"
             f"{f' ({len(skipped)} skipped)' if skipped else ''}, "
             f"{format_duration(run.audio_done)} of audio in {elapsed:.1f} s ({speed:.1f}x real time)",
-            highlight=False,
+            highlight=False, soft_wrap=True,
         )
         if stock is not None and eager_seconds > 0 and elapsed > 0:
             stderr.print(
                 f"eager openai-whisper baseline: {eager_seconds:.1f} s on the same windows; "
                 f"wtx speedup {eager_seconds / elapsed:.2f}x",
-                highlight=False,
+                highlight=False, soft_wrap=True,
             )
     if failed:
         _error(f"{len(failed)} of {n_total} inputs failed: {', '.join(failed)}")
