@@ -85,14 +85,20 @@ class BatchDecoder:
         shape, then one decoder step at <|startoftranscript|>, as the prefill detects it."""
         self.ensure_loop()
         rows = [window] + [silent_window()] * (self.batch_size - 1)
-        samples = self.stack(rows).to(self.device, non_blocking=True)
-        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
-        decoder = self.model.decoder
-        decoder.set_audio_features(self.encoder(mel))
-        sot = self.sot_sequence[:1].expand(self.batch_size, 1)
-        pad = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
-        token = self._detect_language(decoder(sot, self.slots[:1], pad)[:, 0])[0]
+        self._encode(self.stack(rows).to(self.device, non_blocking=True))
+        token = self._language_at_sot(self.batch_size)[0]
         return self.tokenizer.decode([int(token)]).strip("<|>")
+
+    def _encode(self, samples: torch.Tensor) -> None:
+        """Features and encoder for samples [B, N_SAMPLES], into the cross-attention K/V."""
+        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
+        self.model.decoder.set_audio_features(self.encoder(mel))
+
+    def _language_at_sot(self, n: int) -> torch.Tensor:
+        """One decoder step at <|startoftranscript|> (slot 0): the first row's language token, for all n rows."""
+        sot = self.sot_sequence[:1].expand(n, 1)
+        pad = torch.zeros(n, dtype=torch.long, device=self.device)
+        return self._detect_language(self.model.decoder(sot, self.slots[:1], pad)[:, 0])
 
     def ensure_loop(self) -> DecodeLoop:
         """The decode loop and the model's caches, allocated for this decoder's batch size."""
@@ -130,12 +136,9 @@ class BatchDecoder:
         Returns (no_speech_probs [B], language_tokens [B] or None)."""
         decoder = self.model.decoder
         n, width = prefix.shape
-        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
-        decoder.set_audio_features(self.encoder(mel))
+        self._encode(samples)
         if self.dims.is_multilingual and language_tokens is None:
-            sot = self.sot_sequence[:1].expand(n, 1)
-            first = decoder(sot, self.slots[:1], torch.zeros_like(pad))[:, 0]
-            language_tokens = self._detect_language(first)  # the first row decides
+            language_tokens = self._language_at_sot(n)  # the first row decides
         sot_at = width - len(self.tokenizer.sot_sequence)  # the sot sequence ends every row
         if language_tokens is not None:
             prefix = torch.cat([prefix[:, : sot_at + 1], language_tokens[:, None], prefix[:, sot_at + 2 :]], dim=1)
