@@ -91,18 +91,22 @@ def _chain(first, rest):
 def load_model(
     name: str = "tiny.en", device: str | None = None, dtype: str | None = None, compile: bool = False,
     batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
-    condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False,
+    condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False, beam_size: int = 5,
+    best_of: int = 5, patience: float = 1.0, length_penalty: float | None = None,
 ) -> Model:
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
     the model on the device, within its free memory (64 for tiny.en and base on an H200, 8 on a
     CPU); info.options says which. compile=True compiles (or loads cached artifacts of) the
-    encoder and decode step; vad=True drops windows without speech (Silero VAD) before decoding."""
+    encoder and decode step; vad=True drops windows without speech (Silero VAD) before decoding.
+    beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
+    beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures."""
     from wtx.engine import Engine, EngineOptions
 
     options = EngineOptions(
         model=name, device=device, dtype=dtype, batch_size=batch_size, compile=compile, strict=strict,
-        decoding=replace(DecodingOptions(), task=task, language=language),
+        decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of,
+                         patience=patience, length_penalty=length_penalty),
         condition_on_previous_text=condition_on_previous_text,
     )  # fmt: skip
     engine = Engine(options)

@@ -10,26 +10,27 @@ import torch
 
 MEASURED_CUDA = {(384, 4): 64, (512, 6): 64}  # (n_text_state, n_text_layer): tiny(.en), base
 CUDA_UNMEASURED = 32
+CUDA_GROUPS = 32  # windows per batch with several rows each (beam search): 32 x 5 rows
 CPU_BATCH = 8
 MEMORY_SHARE = 0.8  # of the device's free memory
 
 
-def row_bytes(dims, dtype: torch.dtype) -> int:
-    """A generous estimate of one batch row's device memory: its self- and cross-attention
-    caches, the encoder's activations and the logits, twice over (measured peaks on the H200
-    were 1.4 to 1.5 times the sum)."""
+def row_bytes(dims, dtype: torch.dtype, group: int = 1) -> int:
+    """A generous estimate of one window's device memory: its rows' self-attention caches, its
+    cross-attention caches, the encoder's activations and its rows' logits, twice over (measured
+    peaks on the H200 were 1.4 to 1.5 times the sum). group: decoder rows per window."""
     size = torch.tensor([], dtype=dtype).element_size()
-    caches = dims.n_text_layer * 2 * (dims.n_text_ctx + dims.n_audio_ctx) * dims.n_text_state
+    caches = dims.n_text_layer * 2 * (group * dims.n_text_ctx + dims.n_audio_ctx) * dims.n_text_state
     encoder = dims.n_audio_ctx * 8 * dims.n_audio_state
-    return 2 * (size * (caches + encoder) + 4 * 2 * dims.n_vocab)
+    return 2 * (size * (caches + encoder) + group * 4 * 2 * dims.n_vocab)
 
 
-def pick_batch_size(dims, device: torch.device, dtype: torch.dtype) -> int:
-    """The automatic batch size for a model on a device."""
+def pick_batch_size(dims, device: torch.device, dtype: torch.dtype, group: int = 1) -> int:
+    """The automatic batch size (windows) for a model on a device, with `group` rows per window."""
     if device.type != "cuda":
         return CPU_BATCH
-    batch = MEASURED_CUDA.get((dims.n_text_state, dims.n_text_layer), CUDA_UNMEASURED)
+    batch = MEASURED_CUDA.get((dims.n_text_state, dims.n_text_layer), CUDA_UNMEASURED) if group == 1 else CUDA_GROUPS
     free, _ = torch.cuda.mem_get_info(device)
-    while batch > 1 and batch * row_bytes(dims, dtype) > MEMORY_SHARE * free:
+    while batch > 1 and batch * row_bytes(dims, dtype, group) > MEMORY_SHARE * free:
         batch //= 2
     return batch

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from wtx.audio import N_SAMPLES, Window
+from wtx.beam import GroupLoop, best_hypothesis, window_hypotheses
 from wtx.decode import DecodeLoop, LogitFilters
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
@@ -41,6 +42,8 @@ class BatchDecoder:
         self.tokenizer = tokenizer
         self.decoding = decoding
         self.batch_size = batch_size
+        self.group = decoding.group  # decoder rows per window: beams or samples
+        self.n_rows = batch_size * self.group
         self.max_prompt = max_prompt  # previous-text tokens a prompt may hold; 0: no prompts
         self.check_every = check_every
         self.dtype = dtype
@@ -53,7 +56,7 @@ class BatchDecoder:
         self.prefix_len = n_sot + (1 + max_prompt if max_prompt else 0)  # the longest prefix
         self.n_slots = self.prefix_len + self.sample_len
         self.slots = torch.arange(self.n_slots, device=self.device)
-        self.loop: DecodeLoop | None = None
+        self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
         self.steps_per_call = 1
@@ -100,15 +103,19 @@ class BatchDecoder:
         pad = torch.zeros(n, dtype=torch.long, device=self.device)
         return self._detect_language(self.model.decoder(sot, self.slots[:1], pad)[:, 0])
 
-    def ensure_loop(self) -> DecodeLoop:
+    def ensure_loop(self) -> DecodeLoop | GroupLoop:
         """The decode loop and the model's caches, allocated for this decoder's batch size."""
         # another decoder may share the model and have reallocated its caches for other shapes
-        caches_fit = (self.model.batch_size, self.model.n_slots) == (self.batch_size, self.n_slots)
+        shape = (self.batch_size, self.n_slots, self.group)
+        caches_fit = (self.model.batch_size, self.model.n_slots, self.model.group) == shape
         if self.owns_caches and not caches_fit:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
         if self.loop is None or not caches_fit:
-            self.model.setup_caches(self.batch_size, self.n_slots)
-            self.loop = DecodeLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.device)
+            self.model.setup_caches(*shape)
+            if self.group > 1:
+                self.loop = GroupLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.decoding, self.device)
+            else:
+                self.loop = DecodeLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.device)
             self.step = self.loop
             self.steps_per_call = 1
         return self.loop
@@ -131,8 +138,8 @@ class BatchDecoder:
     def prefill(self, samples, language_tokens, prefix, pad, temperature, seed):
         """Features, encoder, cross-attention K/V and the prefix tokens, then resets the loop.
 
-        samples: [B, N_SAMPLES], prefix: [B, P], pad, temperature and seed: [B], all on the
-        device. Pure tensor work (no host transfers), so it can be captured as a CUDA graph.
+        samples: [B, N_SAMPLES], prefix: [B, P], pad: [B]; temperature and seed: per decoder row
+        [B * group]; all on the device. Pure tensor work (no host transfers), so it can be captured as a CUDA graph.
         Returns (no_speech_probs [B], language_tokens [B] or None)."""
         decoder = self.model.decoder
         n, width = prefix.shape
@@ -143,6 +150,8 @@ class BatchDecoder:
         if language_tokens is not None:
             prefix = torch.cat([prefix[:, : sot_at + 1], language_tokens[:, None], prefix[:, sot_at + 2 :]], dim=1)
         hidden = decoder.hidden(prefix, self.slots[:width], pad)
+        if self.group > 1:
+            decoder.repeat_cache_rows(self.group)
         sot = sot_at + self.sot_index
         logits = decoder.logits(torch.cat([hidden[:, sot : sot + 1], hidden[:, -1:]], dim=1))
         if self.tokenizer.no_speech is not None:
@@ -185,7 +194,9 @@ class BatchDecoder:
         language_tokens = self.language_tokens(languages or [self.decoding.language] * n, self.batch_size)
         prefix, pad = self.prefix(prompts, self.batch_size)
         temperature = temperatures + [0.0] * (self.batch_size - n)
-        seed = torch.tensor([window_seed(w, t) for w, t in zip(rows, temperature)])
+        g = self.group
+        seed = torch.tensor([window_seed(w, t) * g + member for w, t in zip(rows, temperature) for member in range(g)])
+        temperature = [t for t in temperature for _ in range(g)]
         inputs = (self.stack(rows), language_tokens, prefix, pad, torch.tensor(temperature), seed)
         loop.sample = any(t > 0 for t in temperatures)  # greedy batches skip the sampling noise
         needs_detection = self.dims.is_multilingual and language_tokens is None
@@ -196,20 +207,25 @@ class BatchDecoder:
             samples = samples.to(self.device, non_blocking=True)
             no_speech, language_tokens = self.prefill(samples, language_tokens, *(t.to(self.device) for t in rest))
         self.run_steps()
-        return self.results(windows, loop.sampled[:n], loop.sum_logprobs[:n], no_speech[:n], language_tokens, temperatures)
+        return self.results(windows, self.hypotheses(n), no_speech[:n], language_tokens, temperatures)
 
-    def results(self, windows, sampled, sum_logprobs, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
-        eot = self.tokenizer.eot
-        rows = sampled.cpu().tolist()
-        sum_logprobs = sum_logprobs.cpu().tolist()
+    def hypotheses(self, n: int) -> list[tuple[list[int], float]]:
+        """The first n windows' chosen (tokens up to end-of-text, summed log-probability) after the steps."""
+        loop, eot = self.loop, self.tokenizer.eot
+        if self.group > 1:
+            penalty = self.decoding.length_penalty
+            return [best_hypothesis(h, penalty) for h in window_hypotheses(loop, n)]
+        rows = loop.sampled[:n].cpu().tolist()
+        return [(row[: row.index(eot)] if eot in row else row, lp) for row, lp in zip(rows, loop.sum_logprobs[:n].cpu().tolist())]
+
+    def results(self, windows, hypotheses, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
         no_speech = no_speech_probs.float().cpu().tolist()
         if language_tokens is None:
             languages = [self.decoding.language or "en"] * len(windows)
         else:
             languages = [self.tokenizer.decode([t]).strip("<|>") for t in language_tokens.tolist()]
         results = []
-        for w, row, lp, ns, lang, t in zip(windows, rows, sum_logprobs, no_speech, languages, temperatures):
-            tokens = row[: row.index(eot)] if eot in row else row
+        for w, (tokens, lp), ns, lang, t in zip(windows, hypotheses, no_speech, languages, temperatures):
             result = WindowResult(w, tokens, lang, ns, lp / (len(tokens) + 1), [], t)
             if not result.is_silent(self.decoding):
                 result.segments = split_segments(tokens, self.tokenizer, w.offset, w.duration)

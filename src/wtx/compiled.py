@@ -81,8 +81,8 @@ class PrefillGraph:
         self.language = torch.full((rows,), batch.tokenizer.sot, device=device)
         prefix, pad = batch.prefix(None, rows)
         self.prefix, self.pad = prefix.to(device), pad.to(device)
-        self.temperature = torch.zeros(rows, device=device)
-        self.seed = torch.zeros(rows, dtype=torch.long, device=device)
+        self.temperature = torch.zeros(batch.n_rows, device=device)
+        self.seed = torch.zeros(batch.n_rows, dtype=torch.long, device=device)
         language = self.language if batch.dims.is_multilingual else None
 
         def prefill():
@@ -121,7 +121,9 @@ class CompiledRunner:
 
     def variant(self) -> str:
         """What, besides shapes and sources, makes compiled artifacts differ."""
-        return f"{self.step_backend}-graph{int(self.cuda_graph)}-prefix{self.batch.prefix_len}"
+        d = self.batch.decoding
+        groups = f"-group{d.group}-beams{d.beam_size}-best{d.best_of}-candidates{d.max_candidates}"
+        return f"{self.step_backend}-graph{int(self.cuda_graph)}-prefix{self.batch.prefix_len}{groups}"
 
     def compile(self, sources: list[str], on_status: Callable[[str], None] | None = None) -> CompileReport:
         """Compiles the encoder and the decode step for the decoder's fixed batch.

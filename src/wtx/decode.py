@@ -136,6 +136,14 @@ def select_tokens(
 
     sample=False skips the noise (every row greedy): the same tokens, without its cost."""
     logits = filters(logits, i, state.last, state.penult, state.max_ts)
+    return pick_tokens(filters, logits, i, state, temperature, seed, sample)
+
+
+def pick_tokens(
+    filters: LogitFilters, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor,
+    sample: bool = True,
+):
+    """select_tokens() on logits the filters were already applied to."""
     if sample:
         gumbel = -torch.log(-torch.log(uniform_noise(seed, i, filters.vocab))).float()
         next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)

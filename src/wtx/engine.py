@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from wtx import batch as batch_module, compiled, decode, features, model as model_module
+from wtx import batch as batch_module, beam, compiled, decode, features, model as model_module
 from wtx.audio import Window
 from wtx.autobatch import pick_batch_size
 from wtx.batch import BatchDecoder
@@ -30,7 +30,7 @@ from wtx.weights import load_checkpoint
 __all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "pick_device", "pick_dtype"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-TRACED_SOURCES = [m.__file__ for m in (batch_module, compiled, decode, features, model_module)]  # the cache key
+TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -68,7 +68,8 @@ class Engine:
         self.model = model
         self.dims = model.dims
         if options.batch_size is None:  # resolved once: the options say what ran
-            options = self.options = replace(options, batch_size=pick_batch_size(self.dims, self.device, self.dtype))
+            windows = pick_batch_size(self.dims, self.device, self.dtype, options.decoding.group)
+            options = self.options = replace(options, batch_size=windows)
         decoding = options.decoding
         if not self.dims.is_multilingual and decoding.language not in (None, "en"):
             raise ValueError(f"{options.model} is English-only; it cannot use --language {decoding.language}")

@@ -85,10 +85,25 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        # input_pos: [T] cache slots; k, v: [B, H, T, Dh]
-        self.k.index_copy_(2, input_pos, k)
-        self.v.index_copy_(2, input_pos, v)
-        return self.k, self.v
+        # input_pos: [T] cache slots; k, v: [B, H, T, Dh]. B may be fewer rows than the cache
+        # holds: a group's prefill writes one row per window (see repeat_rows).
+        cache_k, cache_v = self.k, self.v
+        if k.shape[0] != cache_k.shape[0]:
+            cache_k, cache_v = cache_k[: k.shape[0]], cache_v[: k.shape[0]]
+        cache_k.index_copy_(2, input_pos, k)
+        cache_v.index_copy_(2, input_pos, v)
+        return cache_k, cache_v
+
+    def repeat_rows(self, group: int) -> None:
+        """Rows 0..B-1 repeated `group` times each, in place: B windows' prefill for B * group beams."""
+        n = self.k.shape[0] // group
+        self.k.copy_(self.k[:n].repeat_interleave(group, dim=0))
+        self.v.copy_(self.v[:n].repeat_interleave(group, dim=0))
+
+    def reorder(self, source: Tensor) -> None:
+        """Row r takes row source[r]'s keys and values: beams follow the hypotheses they extend."""
+        self.k.copy_(self.k.index_select(0, source))
+        self.v.copy_(self.v.index_select(0, source))
 
 
 class CrossKV(nn.Module):
@@ -138,8 +153,16 @@ class CrossAttention(nn.Module):
         self.cross_kv.v.copy_(split_heads(self.value(xa), self.n_head))
 
     def forward(self, x: Tensor) -> Tensor:
+        # x: [B * G, T, D], G rows (beams or samples) per window sharing its audio's keys and values
         q = split_heads(self.query(x), self.n_head)
-        a = F.scaled_dot_product_attention(q, self.cross_kv.k, self.cross_kv.v)
+        k, v = self.cross_kv.k, self.cross_kv.v
+        group = q.shape[0] // k.shape[0]
+        if group == 1:
+            return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+        b, h, t, dh = k.shape[0], q.shape[1], q.shape[2], q.shape[3]
+        q = q.view(b, group, h, t, dh).transpose(1, 2).reshape(b, h, group * t, dh)  # a window's rows as queries
+        a = F.scaled_dot_product_attention(q, k, v)
+        a = a.view(b, h, group, t, dh).transpose(1, 2).reshape(b * group, h, t, dh)
         return self.out(merge_heads(a))
 
 
@@ -224,6 +247,16 @@ class TextDecoder(nn.Module):
             x = block(x, input_pos, mask)
         return self.ln(x)
 
+    def repeat_cache_rows(self, group: int) -> None:
+        """After a prefill of one row per window: every window's rows hold its prefix (see KVCache)."""
+        for block in self.blocks:
+            block.attn.kv_cache.repeat_rows(group)
+
+    def reorder_cache(self, source: Tensor) -> None:
+        """Row r of every self-attention cache takes row source[r] [B * G] (beam search)."""
+        for block in self.blocks:
+            block.attn.kv_cache.reorder(source)
+
     def logits(self, x: Tensor) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
         return (x @ self.token_embedding.weight.T).float()
@@ -244,6 +277,7 @@ class Whisper(nn.Module):
         )
         self.batch_size = 0
         self.n_slots = 0
+        self.group = 1
 
     @property
     def device(self) -> torch.device:
@@ -253,23 +287,25 @@ class Whisper(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.decoder.token_embedding.weight.dtype
 
-    def setup_caches(self, batch_size: int, n_slots: int) -> None:
-        """Preallocate self- and cross-attention caches for `batch_size` rows (outside any graph).
+    def setup_caches(self, batch_size: int, n_slots: int, group: int = 1) -> None:
+        """Preallocate self- and cross-attention caches for `batch_size` windows (outside any graph).
 
-        n_slots: self-attention cache length, the longest prefix plus the tokens sampled after it."""
-        if (batch_size, n_slots) == (self.batch_size, self.n_slots):
+        n_slots: self-attention cache length, the longest prefix plus the tokens sampled after it;
+        group: decoder rows per window (beams or samples), which share its cross-attention K/V."""
+        if (batch_size, n_slots, group) == (self.batch_size, self.n_slots, self.group):
             return
         d = self.dims
         head_dim = d.n_text_state // d.n_text_head
         for block in self.decoder.blocks:
             block.attn.kv_cache = KVCache(
-                batch_size, d.n_text_head, n_slots, head_dim, self.dtype, self.device
+                batch_size * group, d.n_text_head, n_slots, head_dim, self.dtype, self.device
             )
             block.cross_attn.cross_kv = CrossKV(
                 batch_size, d.n_text_head, d.n_audio_ctx, head_dim, self.dtype, self.device
             )
         self.batch_size = batch_size
         self.n_slots = n_slots
+        self.group = group
 
 
 @contextmanager

@@ -15,6 +15,26 @@ class DecodingOptions:
     no_speech_threshold: float = 0.6
     logprob_threshold: float = -1.0
     suppress_eot: bool = False  # benchmarks only: every row decodes exactly sample_len tokens
+    beam_size: int = 1  # at temperature 0: 1 decodes greedily, N > 1 keeps N beams (openai-whisper's beam search)
+    best_of: int = 1  # at a fallback temperature: samples drawn per window, the best one kept
+    patience: float = 1.0  # beam search ends once round(beam_size * patience) hypotheses have ended
+    length_penalty: float | None = None  # None: rank hypotheses by log-probability / length; else Google NMT's penalty
+
+    def __post_init__(self):
+        if self.beam_size < 1 or self.best_of < 1:
+            raise ValueError(f"beam_size and best_of must be at least 1, not {self.beam_size} and {self.best_of}")
+        if self.beam_size > 1 and self.max_candidates < 1:
+            raise ValueError(f"patience {self.patience} with beam size {self.beam_size} keeps no hypothesis")
+
+    @property
+    def group(self) -> int:
+        """Decoder rows per window: the beams, or the samples of a fallback temperature."""
+        return max(self.beam_size, self.best_of if self.fallback_temperatures else 1)
+
+    @property
+    def max_candidates(self) -> int:
+        """Ended hypotheses a window's beam search collects before it stops (openai-whisper's rule)."""
+        return round(self.beam_size * self.patience)
 
 
 @dataclass(frozen=True)

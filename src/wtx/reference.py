@@ -20,7 +20,8 @@ def load_stock_model(checkpoint: dict, device: str | torch.device = "cpu"):
 
 
 def stock_decode(model, windows: Sequence[Window], batch_size: int, fp16: bool = False, language: str | None = "en", **options):
-    """`whisper.decode()` (greedy, timestamps) on batches of the windows; one DecodingResult each."""
+    """`whisper.decode()` (timestamps; greedy unless beam_size or best_of is given) on batches of
+    the windows; one DecodingResult each."""
     import whisper
 
     opts = whisper.DecodingOptions(fp16=fp16, language=language, **options)
@@ -31,5 +32,30 @@ def stock_decode(model, windows: Sequence[Window], batch_size: int, fp16: bool =
         samples = torch.from_numpy(np.stack([w.samples for w in batch])).to(device)
         mel = log_mel_spectrogram(samples, model.dims.n_mels)
         with torch.inference_mode():
-            results.extend(whisper.decode(model, mel, opts))
+            if len(batch) > 1 and (opts.beam_size or opts.best_of or 1) > 1:
+                results.extend(_grouped_task(model, opts).run(mel))
+            else:
+                results.extend(whisper.decode(model, mel, opts))
     return results
+
+
+def _grouped_task(model, options):
+    """whisper's DecodingTask with the audio features repeated for each beam (or sample).
+
+    openai-whisper 20250625 repeats only the tokens, so beam search and best-of fail for more
+    than one window at a time (openai/whisper#2197, #2389, #2843, not merged); this is those
+    pull requests' fix, applied to the reference only. A given language is required (detection
+    would run on the repeated features)."""
+    from whisper.decoding import DecodingTask
+
+    if options.language is None:
+        raise ValueError("the grouped reference decode needs a language")
+
+    class GroupedTask(DecodingTask):
+        def _get_audio_features(self, mel):
+            return super()._get_audio_features(mel).repeat_interleave(self.n_group, dim=0)
+
+        def _detect_language(self, audio_features, tokens):
+            return super()._detect_language(audio_features[:: self.n_group], tokens)
+
+    return GroupedTask(model, options)

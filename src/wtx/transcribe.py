@@ -64,6 +64,10 @@ class Job:
     skip_existing: bool = False
     resume: bool = True
     vad: bool = True  # drop windows without speech (Silero VAD) before decoding
+    beam_size: int = 5  # openai-whisper's CLI default; 1 decodes greedily
+    best_of: int = 5  # samples per window at a fallback temperature
+    patience: float = 1.0
+    length_penalty: float | None = None
 
 
 def _error(message: str) -> None:
@@ -168,7 +172,9 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     known = [d for d in durations.values() if d is not None]
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, batch_size=job.batch_size,
-        decoding=DecodingOptions(task=job.task, language=job.language), compile=job.compile,
+        decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
+                                 patience=job.patience, length_penalty=job.length_penalty),
+        compile=job.compile,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
     started = time.perf_counter()
@@ -210,7 +216,9 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": batch_size,
               "task": job.task, "language": job.language, "dtype": str(engine.dtype), "device": engine.device.type,
               "compiled": bool(report and report.source != "eager"), "vad": detector is not None,
-              "threads": torch.get_num_threads() if engine.device.type == "cpu" else None}  # fmt: skip
+              "threads": torch.get_num_threads() if engine.device.type == "cpu" else None,
+              "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
+              "length_penalty": job.length_penalty}  # fmt: skip
 
     total = sum(known) if len(known) == len(inputs) else None
     work_started = time.perf_counter()
@@ -431,10 +439,13 @@ def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, ke
     from wtx.reference import stock_decode
 
     fp16 = engine.dtype == torch.float16
+    decoding = engine.options.decoding
+    beam = {"beam_size": decoding.beam_size, "patience": decoding.patience} if decoding.beam_size > 1 else {}
     started = time.perf_counter()
     audio = 0.0
     for batch in batched(make_windows(stream_samples(source), split), engine.options.batch_size):
-        stock_decode(stock, batch, len(batch), fp16=fp16, language=engine.options.decoding.language or "en")
+        stock_decode(stock, batch, len(batch), fp16=fp16, language=decoding.language or "en",
+                     length_penalty=decoding.length_penalty, **beam)
         seconds = sum(w.duration for w in batch)
         audio += seconds
         progress.advance(seconds, len(batch), key=key)

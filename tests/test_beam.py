@@ -1,0 +1,95 @@
+"""Beam search and best-of sampling agree with stock openai-whisper `decode()` (tiny.en, fp32, CPU)."""
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.conftest import shared_file
+from tests.test_parity import compare
+from wtx.audio import fixed_windows, stream_samples
+from wtx.beam import best_hypothesis
+from wtx.engine import Engine, EngineOptions
+from wtx.options import DecodingOptions
+from wtx.reference import load_stock_model, stock_decode
+from wtx.weights import load_checkpoint
+
+BEAM = DecodingOptions(beam_size=5, best_of=5)
+
+
+@pytest.fixture(scope="module")
+def engine_and_stock():
+    torch.set_num_threads(2)
+    checkpoint = load_checkpoint("tiny.en")
+    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=4, seek_tails=False,
+                            condition_on_previous_text=False, decoding=BEAM)  # fmt: skip
+    return Engine(options), load_stock_model(checkpoint)
+
+
+def first_windows(relative: str, n: int):
+    return list(itertools.islice(fixed_windows(stream_samples(str(shared_file(relative)))), n))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relative, n", [("audio/lj001_0001-0032_concat.flac", None), ("tts/copperfield_ch01_slt.mp3", 10)])
+def test_beam_tokens_match_stock_decode(engine_and_stock, relative, n):
+    """Beam 5 on the same fixed 30 s windows, four to a batch: stock decode(beam_size=5)'s tokens."""
+    engine, stock = engine_and_stock
+    windows = first_windows(relative, n)
+    ours = engine.decode_batch(windows[:4]) + engine.decode_batch(windows[4:8]) + engine.decode_batch(windows[8:])
+    theirs = stock_decode(stock, windows, batch_size=4, beam_size=5)
+    result, text = compare(engine, theirs, ours, f"beam 5 {relative}")
+    assert result.identical_share >= 0.95
+    assert len(text.split()) > 50 * len(windows)
+    greedy = stock_decode(stock, windows, batch_size=4)
+    assert any(a.tokens != b.tokens for a, b in zip(greedy, theirs))  # beam search changed something
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("patience, length_penalty", [(2.0, None), (1.0, 1.0), (0.5, None)])
+def test_patience_and_length_penalty_match_stock(engine_and_stock, patience, length_penalty):
+    """Against stock decode() one window at a time: in a batch, stock goes on extending the beams
+    of windows already complete until every window is, and with patience below 1 those beams are
+    among its hypotheses, so its text depends on the batch. The engine's never does."""
+    engine, stock = engine_and_stock
+    windows = first_windows("tts/copperfield_ch01_slt.mp3", 4)
+    decoding = replace(BEAM, patience=patience, length_penalty=length_penalty)
+    options = replace(engine.options, decoding=decoding)
+    ours = Engine(options, model=engine.model).decode_batch(windows)
+    theirs = stock_decode(stock, windows, batch_size=1, beam_size=5, patience=patience, length_penalty=length_penalty)
+    result, _ = compare(engine, theirs, ours, f"patience {patience}, length penalty {length_penalty}")
+    assert result.identical == len(windows)
+
+
+def test_a_window_decodes_the_same_in_any_batch(engine_and_stock):
+    """Beams of one window never mix with another's: a window alone, or with others (beam rows
+    and best-of rows in one batch), gives the same tokens."""
+    engine, _ = engine_and_stock
+    windows = first_windows("audio/lj001_0001-0032_concat.flac", 3)
+    alone = [engine.decode_batch([w])[0] for w in windows]
+    together = engine.decode_batch(windows, temperatures=[0.0, 0.6, 0.0])
+    assert together[0].tokens == alone[0].tokens and together[2].tokens == alone[2].tokens
+    sampled_alone = engine.decode_batch([windows[1]], temperatures=[0.6])[0]
+    assert together[1].tokens == sampled_alone.tokens
+    assert together[1].temperature == 0.6
+
+
+def test_greedy_rows_are_the_default_decoding():
+    """beam_size 1 is the greedy engine (one row per window), as openai-whisper's DecodingOptions."""
+    assert DecodingOptions().group == 1
+    assert BEAM.group == 5 and BEAM.max_candidates == 5
+    assert replace(BEAM, fallback_temperatures=(), best_of=9).group == 5  # no fallback: no samples
+    with pytest.raises(ValueError, match="keeps no hypothesis"):
+        DecodingOptions(beam_size=5, patience=0.05)
+
+
+@pytest.mark.parametrize("length_penalty", [None, 0.0, 1.0])
+def test_best_hypothesis_is_whisper_maximum_likelihood_ranker(length_penalty):
+    from whisper.decoding import MaximumLikelihoodRanker
+
+    groups = [[([1] * 3, -1.2), ([1] * 9, -3.0), ([1] * 5, -1.9)], [([1] * 2, -0.3), ([1] * 20, -4.1)],
+              [([1] * 4, -2.0), ([1] * 4, -2.0)]]  # fmt: skip
+    ranker = MaximumLikelihoodRanker(length_penalty)
+    chosen = ranker.rank([[torch.tensor(t) for t, _ in g] for g in groups], [[lp for _, lp in g] for g in groups])
+    assert [best_hypothesis(g, length_penalty) for g in groups] == [g[i] for g, i in zip(groups, chosen)]
