@@ -88,7 +88,7 @@ def load(args, batch_size: int):
 
     started = time.perf_counter()
     model = wtx.load_model(args.model, device=args.device, dtype=args.dtype, compile=args.compile,
-                           batch_size=batch_size, strict=args.compile)  # fmt: skip
+                           batch_size=batch_size, strict=args.compile, beam_size=args.beam_size)  # fmt: skip
     report = model.engine.compile_report
     return model, {"load_s": round(time.perf_counter() - started, 2),
                    "compile": report.source if report else "eager", "compile_s": round(report.seconds, 2) if report else 0}  # fmt: skip
@@ -105,6 +105,7 @@ def main() -> int:
     parser.add_argument("--batch-sizes", help="comma-separated batch sizes to measure on the files")
     parser.add_argument("--clips", type=int, help="measure N clips against their concatenation")
     parser.add_argument("--copies", type=int, default=1, help="each file this many times, as separate recordings")
+    parser.add_argument("--beam-size", type=int, default=5, help="beams per window (wtx's default 5; 1: greedy)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warm-up", type=int, default=1, help="untimed passes first (eager on a CPU needs none)")
     parser.add_argument("--threads", type=int)
@@ -119,7 +120,7 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available() and args.device != "cpu"
     audios = {Path(f).name: read_audio(f) for f in args.files}
-    meta = {"model": args.model, "compile": args.compile, "torch": torch.__version__,
+    meta = {"model": args.model, "compile": args.compile, "beam_size": args.beam_size, "torch": torch.__version__,
             "device": torch.cuda.get_device_name() if cuda else platform.processor() or "cpu",
             "threads": torch.get_num_threads(), "files": list(audios), "copies": args.copies, "repeat": args.repeat,
             "warm_up": args.warm_up,

@@ -172,3 +172,33 @@ def test_just_in_time_when_ahead_of_time_fails(tmp_path, monkeypatch, engines):
     assert not list((tmp_path / "compiled").glob("*.fn"))
     batch = windows(11)
     assert [r.tokens for r in engine.decode_batch(batch)] == [r.tokens for r in engines[0].decode_batch(batch)]
+
+
+@torch.no_grad()
+def test_beam_search_step_compiles_fullgraph_and_matches_eager():
+    """The beam and best-of step (G rows per window) compiles without a graph break, loads
+    without recompiling, and takes the eager step's tokens: one window by beam search, one sampled."""
+    from torch._dynamo.utils import counters
+
+    from wtx.options import DecodingOptions
+
+    options = dict(model="random-tiny", device="cpu", batch_size=BATCH, decoding=DecodingOptions(beam_size=3, best_of=2))
+    compiled = Engine(EngineOptions(**options, compile=True, strict=True), model=random_model())
+    eager = Engine(EngineOptions(**options), model=random_model())
+    assert compiled.compile_report.warnings == [] and compiled.batch.loop.group == 3
+    before = dict(counters["stats"])
+    for engine in (compiled, eager):
+        decoder = engine.batch
+        decoder.ensure_loop()
+        prefix, pad = decoder.prefix([[100, 200, 300], []], BATCH)
+        temperature, seed = torch.tensor([0.0] * 3 + [0.7] * 3), torch.arange(6)
+        decoder.prefill(decoder.stack(windows(7)), None, prefix, pad, temperature, seed)
+        decoder.loop.sample = True
+        for _ in range(6):
+            decoder.step()
+    assert dict(counters["stats"]) == before
+    ours, theirs = compiled.batch.loop, eager.batch.loop
+    torch.testing.assert_close(ours.logits, theirs.logits, rtol=1e-3, atol=1e-3)
+    for name in ("sampled", "ended_tokens", "ended_count", "frozen"):
+        assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
+    torch.testing.assert_close(ours.sum_logprobs, theirs.sum_logprobs, rtol=1e-4, atol=1e-4)

@@ -113,7 +113,8 @@ class BatchDecoder:
         if self.loop is None or not caches_fit:
             self.model.setup_caches(*shape)
             if self.group > 1:
-                self.loop = GroupLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.decoding, self.device)
+                self.loop = GroupLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.decoding,
+                                      self.prefix_len, self.device)  # fmt: skip
             else:
                 self.loop = DecodeLoop(self.model.decoder, self.filters, self.batch_size, self.sample_len, self.device)
             self.step = self.loop

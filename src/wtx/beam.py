@@ -31,11 +31,13 @@ class GroupLoop(DecodeLoop):
     """DecodeLoop for G rows per window: beam search where a window's temperature is 0, else
     best-of sampling. Rows are window-major (row = window * G + g), and so are its buffers."""
 
-    def __init__(self, decoder, filters: LogitFilters, n_windows: int, sample_len: int, decoding: DecodingOptions, device):
+    def __init__(self, decoder, filters: LogitFilters, n_windows: int, sample_len: int, decoding: DecodingOptions,
+                 prefix_len: int, device):  # fmt: skip
         self.group, self.beams, self.best_of = decoding.group, decoding.beam_size, decoding.best_of
         self.candidates = max(decoding.max_candidates, 1)  # at least 1 (a buffer) where beam_size is 1
         super().__init__(decoder, filters, n_windows * self.group, sample_len, device)
         self.n_windows = n_windows
+        self.prefix_len = prefix_len  # cache slots a prefix fills: the same in all of a window's rows
 
         def buffer(name, *shape, dtype=torch.long):
             self.register_buffer(name, torch.zeros(shape, dtype=dtype, device=device), persistent=False)
@@ -71,10 +73,12 @@ class GroupLoop(DecodeLoop):
         b, g, n, eot = self.n_windows, self.group, self.beams, self.filters.eot
         state = DecodeState(self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs)
         logits = self.filters(self.logits, self.i, state.last, state.penult, state.max_ts)
-        sampled, after_sampling = pick_tokens(self.filters, logits, self.i, state, self.temperature, self.seed, self.sample)
+        logprobs = torch.log_softmax(logits, dim=-1)
+        sampled, after_sampling = pick_tokens(self.filters, logits, self.i, state, self.temperature, self.seed,
+                                              self.sample, logprobs)  # fmt: skip
         beam_window = self.beam_rows.view(b, g)[:, 0]
         if n > 1:
-            token, source, score = self._beam_step(logits, beam_window & ~self.frozen)
+            token, source, score = self._beam_step(logprobs, beam_window & ~self.frozen)
         else:  # no window is decoded by beam search
             token, source, score = sampled, self.rows, after_sampling.sum_logprobs
         moving = self.beam_rows & ~self.frozen.repeat_interleave(g)  # beam rows that take a step
@@ -95,27 +99,26 @@ class GroupLoop(DecodeLoop):
         sampling_done = after_sampling.finished | at_end
         self.finished.copy_(torch.where(self.beam_rows, self.frozen.repeat_interleave(g), sampling_done))
         if n > 1:
-            self.decoder.reorder_cache(source)
+            self.decoder.reorder_cache(source, self.prefix_len)
         self.logits.copy_(self.decoder(token[:, None], self.input_pos, self.pad)[:, -1])
         self.input_pos.add_(1)
         self.i.add_(1)
 
-    def _beam_step(self, logits: Tensor, stepping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _beam_step(self, logprobs: Tensor, stepping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One step of beam search for every window: (token, source row, summed log-probability),
         each [B * G]; rows past a window's N beams keep themselves. Hypotheses that end here go
         into the ended buffers of the `stepping` windows [B]."""
         b, g, n, eot = self.n_windows, self.group, self.beams, self.filters.eot
         k = n * (n + 1)
-        logprobs = torch.log_softmax(logits, dim=-1).view(b, g, -1)[:, :n]
-        top_logprobs, top_tokens = logprobs.topk(n + 1, dim=-1)  # [B, N, N + 1]
+        top_logprobs, top_tokens = logprobs.view(b, g, -1)[:, :n].topk(n + 1, dim=-1)  # [B, N, N + 1]
         scores = self.sum_logprobs.view(b, g)[:, :n, None] + top_logprobs
         # at the first step a window's beams are one hypothesis: only the first one's tokens count
-        copies = (self.i == 0) & (torch.arange(n, device=logits.device) > 0)[None, :, None]
+        copies = (self.i == 0) & (torch.arange(n, device=logprobs.device) > 0)[None, :, None]
         scores, order = scores.masked_fill(copies, float("-inf")).view(b, k).sort(dim=-1, descending=True, stable=True)
         tokens = top_tokens.view(b, k).gather(1, order)
         ends = tokens == eot
         kept = first_positions(~ends, n)  # [B, N]: the beams that go on
-        self._keep_ended(scores, order // (n + 1), ends & stepping[:, None] & (torch.arange(k, device=logits.device) < kept[:, -1:]))
+        self._keep_ended(scores, order // (n + 1), ends & stepping[:, None] & (torch.arange(k, device=logprobs.device) < kept[:, -1:]))
 
         base = (self.rows.view(b, g)[:, :1]).expand(b, n)
         beam_source = base + (order.gather(1, kept) // (n + 1))

@@ -29,8 +29,9 @@ WARM_LOAD = """
 import json, sys, time
 started = time.perf_counter()
 from wtx.engine import Engine, EngineOptions
+from wtx.options import DecodingOptions
 e = Engine(EngineOptions(model={model!r}, device={device!r}, dtype={dtype!r}, batch_size={batch_size}, compile=True,
-                         condition_on_previous_text=False))
+                         condition_on_previous_text=False, decoding=DecodingOptions(beam_size={beam_size})))
 print(json.dumps({{"source": e.compile_report.source, "compile_s": e.compile_report.seconds,
                   "process_ready_s": time.perf_counter() - started}}))
 """
@@ -59,9 +60,9 @@ def _device_name(device) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def _warm_load(model: str, device, dtype: str, batch_size: int) -> dict:
+def _warm_load(model: str, device, dtype: str, batch_size: int, beam_size: int) -> dict:
     """Engine start with compiled artifacts on disk, in a fresh process."""
-    code = WARM_LOAD.format(model=model, device=str(device), dtype=dtype, batch_size=batch_size)
+    code = WARM_LOAD.format(model=model, device=str(device), dtype=dtype, batch_size=batch_size, beam_size=beam_size)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy())
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"}
@@ -91,11 +92,12 @@ def _plot(passes: list[dict], path: Path) -> None:
 def run_bench(
     files: list[str], *, model: str, batch_size: int, compare_eager: bool, max_windows: int | None,
     repeat: int, reference: Path | None, json_path: Path | None, plot_path: Path | None,
-    device: str | None, dtype: str | None, threads: int | None, compile: bool, quiet: bool,
+    device: str | None, dtype: str | None, threads: int | None, compile: bool, quiet: bool, beam_size: int = 1,
 ) -> int:  # fmt: skip
     import torch
 
     from wtx.engine import Engine, EngineOptions, pick_device, pick_dtype
+    from wtx.options import DecodingOptions
     from wtx.reference import load_stock_model, stock_decode
     from wtx.weights import load_checkpoint
 
@@ -116,11 +118,14 @@ def run_bench(
     torch_device = pick_device(device)
     dtype_name = dtype or ("fp16" if pick_dtype(None, torch_device) == torch.float16 else "fp32")
     # every pass decodes each window on its own, as whisper.decode() does: no previous-text prompts
+    # (and at temperature 0 only: no fallback, so best_of plays no part)
     engine_options = dict(model=model, device=str(torch_device), dtype=dtype_name, batch_size=batch_size,
-                          condition_on_previous_text=False)  # fmt: skip
+                          condition_on_previous_text=False, decoding=DecodingOptions(beam_size=beam_size))  # fmt: skip
     eager = Engine(EngineOptions(**engine_options))
     tokenizer = eager.tokenizer
-    options = f"greedy, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"
+    how = f"beam {beam_size}" if beam_size > 1 else "greedy"
+    options = f"{how}, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"
+    beam = {"beam_size": beam_size} if beam_size > 1 else {}
 
     def to_text(token_lists):
         return tokens_text(tokenizer, token_lists)
@@ -133,7 +138,7 @@ def run_bench(
         stock = load_stock_model(checkpoint, torch_device)
         fp16 = dtype_name == "fp16"
         for bs in dict.fromkeys([1, batch_size]):
-            decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16)])(bs)
+            decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16, **beam)])(bs)
             plans.append((f"stock eager b{bs}", "stock", bs, decode))
     plans.append((f"wtx eager b{batch_size}", "wtx-eager", batch_size, engine_decode(eager)))
 
@@ -164,7 +169,7 @@ def run_bench(
             progress.update(task, total=1, completed=1, refresh=True)
             compile_info = {"first": {"source": report.source, "seconds": report.seconds, "warnings": report.warnings}}
             if report.source != "eager":
-                compile_info["warm_load"] = _warm_load(model, torch_device, dtype_name, batch_size)
+                compile_info["warm_load"] = _warm_load(model, torch_device, dtype_name, batch_size, beam_size)
                 name = f"wtx compiled b{batch_size}"
                 task = progress.add_task(name, total=len(windows) * repeat)
                 result = run_pass(name, "wtx-compiled", batch_size, windows, options, engine_decode(compiled),
@@ -189,6 +194,7 @@ def run_bench(
     report_json = {
         "schema": SCHEMA_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": _versions(),
         "device": _device_name(torch_device), "model": model, "dtype": dtype_name, "batch_size": batch_size,
+        "beam_size": beam_size,
         "repeat": repeat, "inputs": sources, "windows": len(windows),
         "audio_seconds": sum(w.duration for w in windows), "options": options,
         "baseline": {name: base.name for name, base in baselines.items()}, "compile": compile_info,

@@ -170,6 +170,7 @@ def bench(
     files: Annotated[Optional[list[str]], typer.Argument(help="Audio files to cut into windows (default: the bundled sample).", show_default=False)] = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Model name or .pt path, as for transcribe.")] = "tiny.en",
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", min=1, max=256, help="Windows per batch for the batched passes.")] = 8,
+    beam_size: Annotated[int, typer.Option("--beam-size", min=1, max=16, help="Beams per window for every pass, stock and wtx (1: greedy, whisper.decode()'s default).")] = 1,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="Also time stock openai-whisper whisper.decode() (eager) at batch 1 and --batch-size: the baseline for speedups and agreement.")] = False,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", help="Time the compiled engine (cold compile and warm-cache load reported apart).")] = True,
     windows: Annotated[Optional[int], typer.Option("--windows", "-n", min=1, help="Use only the first N windows (default: all).")] = None,
@@ -200,7 +201,7 @@ def bench(
     code = run_bench(
         files, model=model, batch_size=batch_size, compare_eager=compare_eager, max_windows=windows,
         repeat=repeat, reference=reference, json_path=json_path, plot_path=plot, device=device,
-        dtype=dtype, threads=threads, compile=compile, quiet=quiet,
+        dtype=dtype, threads=threads, compile=compile, quiet=quiet, beam_size=beam_size,
     )  # fmt: skip
     raise typer.Exit(code)
 

@@ -141,15 +141,17 @@ def select_tokens(
 
 def pick_tokens(
     filters: LogitFilters, logits: Tensor, i: Tensor, state: DecodeState, temperature: Tensor, seed: Tensor,
-    sample: bool = True,
+    sample: bool = True, logprobs: Tensor | None = None,
 ):
-    """select_tokens() on logits the filters were already applied to."""
+    """select_tokens() on logits the filters were already applied to (and their log_softmax, if
+    the caller has it)."""
     if sample:
         gumbel = -torch.log(-torch.log(uniform_noise(seed, i, filters.vocab))).float()
         next_tokens = (logits + temperature[:, None] * gumbel).argmax(dim=-1)
     else:
         next_tokens = logits.argmax(dim=-1)
-    logprobs = torch.log_softmax(logits, dim=-1)
+    if logprobs is None:
+        logprobs = torch.log_softmax(logits, dim=-1)
     current = logprobs.gather(-1, next_tokens[:, None])[:, 0]
     sum_logprobs = state.sum_logprobs + torch.where(state.finished, 0.0, current)
     next_tokens = torch.where(state.finished, filters.eot, next_tokens)

@@ -100,10 +100,11 @@ class KVCache(nn.Module):
         self.k.copy_(self.k[:n].repeat_interleave(group, dim=0))
         self.v.copy_(self.v[:n].repeat_interleave(group, dim=0))
 
-    def reorder(self, source: Tensor) -> None:
-        """Row r takes row source[r]'s keys and values: beams follow the hypotheses they extend."""
-        self.k.copy_(self.k.index_select(0, source))
-        self.v.copy_(self.v.index_select(0, source))
+    def reorder(self, source: Tensor, start: int = 0) -> None:
+        """Row r takes row source[r]'s keys and values from slot `start` on: beams follow the
+        hypotheses they extend. (Slots before it, a window's prefix, are the same in all its rows.)"""
+        for cache in (self.k[:, :, start:], self.v[:, :, start:]):
+            cache.copy_(cache.index_select(0, source))
 
 
 class CrossKV(nn.Module):
@@ -252,10 +253,10 @@ class TextDecoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache.repeat_rows(group)
 
-    def reorder_cache(self, source: Tensor) -> None:
-        """Row r of every self-attention cache takes row source[r] [B * G] (beam search)."""
+    def reorder_cache(self, source: Tensor, start: int = 0) -> None:
+        """Row r of every self-attention cache takes row source[r] [B * G] from slot `start` on (beam search)."""
         for block in self.blocks:
-            block.attn.kv_cache.reorder(source)
+            block.attn.kv_cache.reorder(source, start)
 
     def logits(self, x: Tensor) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
