@@ -5,13 +5,20 @@
     python scripts/eval_wer.py --models tiny.en,base --markdown docs/accuracy.md --json out.json
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
-Configurations, all greedy (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
-  silence    wtx's defaults: --split silence (windows end at the quietest pause), Silero VAD
-  unprompted wtx --split silence --no-condition (every window decoded without previous text)
-  fixed      wtx --split fixed (plain 30 s windows)
-  plain      wtx's decode_batch on fixed 30 s windows, each alone: the same work as `decode`
-  decode     stock whisper.decode() on the same fixed 30 s windows
-  transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature fallback)
+Configurations (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
+  silence    wtx's defaults: --split silence (windows end at the quietest pause), Silero VAD, beam 5
+  greedy     the same at --beam-size 1
+  unprompted wtx --split silence --no-condition (every window decoded without previous text), beam 5
+  fixed      wtx --split fixed (plain 30 s windows), beam 5
+  plain      wtx's decode_batch on fixed 30 s windows, each alone, greedy: the same work as `decode`
+  decode     stock whisper.decode() on the same fixed 30 s windows, greedy
+  transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature
+             fallback), greedy: the Python API's default
+  transcribe-beam5  the same with beam_size=5, best_of=5: openai-whisper's CLI defaults
+  fw-beam1, fw-beam5  faster-whisper's BatchedInferencePipeline (int8 on the CPU, float16 on
+             CUDA; its own VAD; batch --batch-size) at beam 1 and 5, on the bundled packages'
+             CTranslate2 models (pip install faster-whisper)
+Every row reports its speed (audio seconds / wall seconds) beside its WER.
 Both sides are normalized with whisper's EnglishTextNormalizer (jiwer aligns them); the
 normalizer drops text in parentheses, which the narrators read aloud, so parentheses in the
 reference are removed first and their words kept. Boundary
@@ -38,7 +45,8 @@ LONG_FILES = [
     ("tts/alice_ch01_espeak.mp3", "texts/carroll_alice_ch01.txt"),
     ("tts/copperfield_ch01_slt.mp3", "texts/dickens_copperfield_ch01.txt"),
 ]
-CONFIGS = ("silence", "unprompted", "fixed", "plain", "decode", "transcribe")
+CONFIGS = ("silence", "greedy", "unprompted", "fixed", "plain", "decode", "transcribe", "transcribe-beam5",
+           "fw-beam1", "fw-beam5")
 DEFAULT_CONFIGS = ("silence", "fixed", "decode", "transcribe")
 BOUNDARY_S = 1.0
 
@@ -131,9 +139,12 @@ def run_config(config, models, stock, audio_path):
             for r in engine.decode_batch(windows[start : start + size]):
                 segments += [(s.start, s.end, s.text) for s in r.segments]
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
-    if config in ("silence", "unprompted", "fixed"):
+    if config.startswith("fw-"):
+        return faster_whisper_segments(models["faster-whisper"](), audio_path, int(config.removeprefix("fw-beam")),
+                                       engine.options.batch_size), None  # fmt: skip
+    if config in ("silence", "greedy", "unprompted", "fixed"):
         segments, boundaries = [], []
-        model = models["unprompted" if config == "unprompted" else "prompted"]
+        model = models[{"unprompted": "unprompted", "greedy": "greedy"}.get(config, "prompted")]
         # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
         windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", model.detector)
         recording = Recording(audio_path.name, iter(windows), probe_duration(str(audio_path)), {}, "en")
@@ -152,16 +163,62 @@ def run_config(config, models, stock, audio_path):
         for w, r in zip(windows, stock_decode(stock, windows, engine.options.batch_size, fp16=fp16)):
             segments += [(s.start, s.end, s.text) for s in split_segments(r.tokens, engine.tokenizer, w.offset, w.duration)]
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
-    if config == "transcribe":
+    if config in ("transcribe", "transcribe-beam5"):
         fp16 = engine.dtype == torch.float16
-        result = stock.transcribe(load_audio(str(audio_path)), fp16=fp16, language="en", verbose=None)
+        beam = {"beam_size": 5, "best_of": 5} if config == "transcribe-beam5" else {}
+        result = stock.transcribe(load_audio(str(audio_path)), fp16=fp16, language="en", verbose=None, **beam)
         return [(s["start"], s["end"], s["text"]) for s in result["segments"]], None
     raise ValueError(config)
 
 
+def ct2_folder(name: str) -> Path:
+    """The bundled package's CTranslate2 model as a folder faster-whisper can load: tiny.en's
+    package folder itself; base's two model.bin parts joined into a temporary folder."""
+    import shutil
+    import tempfile
+
+    from wtx.weights import BUNDLED, package_file
+
+    model = BUNDLED[name]
+    parts = [package_file(pkg, rel) for pkg, rel in model.parts]
+    config = package_file(*model.config)
+    if len(parts) == 1:
+        return parts[0].parent
+    folder = Path(tempfile.mkdtemp(prefix=f"wtx-ct2-{name}-"))
+    with open(folder / "model.bin", "wb") as out:
+        for part in parts:
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out)
+    for extra in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(config.parent / extra, folder / extra)
+    return folder
+
+
+def faster_whisper_loader(name: str, device: str, threads: int):
+    """A function that loads faster-whisper's model of `name` once, when first called."""
+    loaded = []
+
+    def load():
+        if not loaded:
+            from faster_whisper import BatchedInferencePipeline, WhisperModel
+
+            cuda = device.startswith("cuda")
+            model = WhisperModel(str(ct2_folder(name)), device="cuda" if cuda else "cpu",
+                                 compute_type="float16" if cuda else "int8", cpu_threads=threads)  # fmt: skip
+            loaded.append(BatchedInferencePipeline(model))
+        return loaded[0]
+
+    return load
+
+
+def faster_whisper_segments(pipeline, audio_path, beam_size: int, batch_size: int):
+    segments, _ = pipeline.transcribe(str(audio_path), language="en", beam_size=beam_size, batch_size=batch_size)
+    return [(s.start, s.end, s.text) for s in segments]
+
+
 def markdown(rows, command, batch_size=8):
     models = sorted({r["model"] for r in rows}, key=lambda m: ["tiny.en", "base"].index(m) if m in ("tiny.en", "base") else 9)
-    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (greedy, batch {batch_size}).",
+    lines = ["# Long-form accuracy", "", f"Measured with `{command}` (batch {batch_size}).",
              "WER normalized with whisper's EnglishTextNormalizer; `boundary` counts alignment errors within 1 s of a window boundary.", ""]  # fmt: skip
     for model in models:
         mrows = [r for r in rows if r["model"] == model]
@@ -188,7 +245,12 @@ def markdown(rows, command, batch_size=8):
         for c in configs:
             vals = [r["wer"] for r in mrows if r["config"] == c]
             avg.append(f"{sum(vals) / len(vals):.2%}" if vals else "—")
-        lines += ["| **average** | " + " | ".join(avg) + " | |" + " |" * control, ""]
+        speed = []
+        for c in configs:
+            done = [r for r in mrows if r["config"] == c and r.get("audio_s")]
+            speed.append(f"{sum(r['audio_s'] for r in done) / sum(r['seconds'] for r in done):.1f}x" if done else "—")
+        lines += ["| **average** | " + " | ".join(avg) + " | |" + " |" * control,
+                  "| **speed, all files (x real time)** | " + " | ".join(speed) + " | |" + " |" * control, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -220,12 +282,17 @@ def main() -> int:
     if not pairs:
         print("no audio/reference pairs found", file=sys.stderr)
         return 1
+    from wtx.audio import probe_duration
+
+    durations = {audio: probe_duration(str(audio)) for audio, _ in pairs}
     rows = []
     for model in args.models.split(","):
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
         options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
         models = {"prompted": wtx.load_model(model, **options),
-                  "unprompted": wtx.load_model(model, **options, condition_on_previous_text=False)}  # fmt: skip
+                  "greedy": wtx.load_model(model, **options, beam_size=1),
+                  "unprompted": wtx.load_model(model, **options, condition_on_previous_text=False),
+                  "faster-whisper": faster_whisper_loader(model, args.device, args.threads)}  # fmt: skip
         stock = load_stock_model(load_checkpoint(model), args.device)
         for audio, reference in pairs:
             text = reference.read_text()
@@ -234,14 +301,17 @@ def main() -> int:
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, models, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
-                row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": time.perf_counter() - started,
+                seconds = time.perf_counter() - started
+                row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": seconds,
+                       "audio_s": durations[audio], "rtfx": durations[audio] / seconds,
                        **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip
                 rows.append(row)
                 decoded[config] = (row, segments, boundaries)
                 cross_count(text, decoded)
                 b = "" if row["boundary_errors"] is None else (
                     f", boundary errors {row['boundary_errors']} ({row['boundary_errors_by_chance']:.0f} by chance)")
-                print(f"{model:8} {audio.name:32} {config:10} WER {row['wer']:.2%}{b} ({row['seconds']:.0f} s)", flush=True)
+                print(f"{model:8} {audio.name:32} {config:16} WER {row['wer']:.2%}{b} ({seconds:.0f} s, {row['rtfx']:.1f}x)",
+                      flush=True)  # fmt: skip
                 if args.json:
                     args.json.write_text(json.dumps(rows, indent=2) + "\n")
     if args.markdown:

@@ -37,6 +37,15 @@ def test_unknown_format_is_a_usage_error(tmp_path):
     assert b"docx" in out.stderr
 
 
+@pytest.mark.parametrize("option, value, says", [("--beam-size", "0", b"--beam-size"), ("--best-of", "17", b"--best-of"),
+                                                ("--patience", "0.05", b"keeps no hypothesis")])  # fmt: skip
+def test_bad_beam_options_are_usage_errors(tmp_path, option, value, says):
+    out = run_wtx("transcribe", str(SAMPLE), option, value, "-o", str(tmp_path))
+    assert out.returncode == 2
+    assert says in out.stderr
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow
 def test_bad_file_fails_alone_and_others_complete(tmp_path):
     bad = tmp_path / "broken.mp3"

@@ -92,7 +92,7 @@ def load_model(
     name: str = "tiny.en", device: str | None = None, dtype: str | None = None, compile: bool = False,
     batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
     condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False, beam_size: int = 5,
-    best_of: int = 5, patience: float = 1.0, length_penalty: float | None = None,
+    best_of: int | None = None, patience: float = 1.0, length_penalty: float | None = None,
 ) -> Model:
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
@@ -100,12 +100,14 @@ def load_model(
     CPU); info.options says which. compile=True compiles (or loads cached artifacts of) the
     encoder and decode step; vad=True drops windows without speech (Silero VAD) before decoding.
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
-    beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures."""
+    beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures
+    (best_of=None: as many samples as beams). Every batch holds max(beam_size, best_of) decoder
+    rows per window, so best_of above beam_size costs every window, not only the fallbacks."""
     from wtx.engine import Engine, EngineOptions
 
     options = EngineOptions(
         model=name, device=device, dtype=dtype, batch_size=batch_size, compile=compile, strict=strict,
-        decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of,
+        decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
                          patience=patience, length_penalty=length_penalty),
         condition_on_previous_text=condition_on_previous_text,
     )  # fmt: skip

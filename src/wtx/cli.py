@@ -114,7 +114,7 @@ def transcribe(
     split: Annotated[str, typer.Option("--split", help="Where windows end: 'silence' (the quietest pause in a window's last seconds, so no word is cut; long silences skipped) or 'fixed' (every 30 s, as whisper.decode() on plain chunks).")] = "silence",
     condition: Annotated[bool, typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text). Batch rows follow consecutive windows so they can; --no-condition decodes every window on its own.")] = True,
     beam_size: Annotated[int, typer.Option("--beam-size", min=1, max=16, help="Beams per window at temperature 0, as openai-whisper's CLI and faster-whisper default to; 1 decodes greedily (fastest).")] = 5,
-    best_of: Annotated[int, typer.Option("--best-of", min=1, max=16, help="Samples per window at a fallback temperature (a window whose text failed the compression-ratio or log-probability test); the best is kept.")] = 5,
+    best_of: Annotated[Optional[int], typer.Option("--best-of", min=1, max=16, help="Samples per window at a fallback temperature (a window whose text failed the compression-ratio or log-probability test); the best is kept. Default: the beam size (5; with --beam-size 1, one sample, the fastest).", show_default=False)] = None,
     patience: Annotated[float, typer.Option("--patience", min=0.0, help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have).")] = 1.0,
     length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", min=0.0, max=2.0, help="Rank hypotheses by log-probability / ((5 + length) / 6) ** this; default: / length.")] = None,
     vad: Annotated[bool, typer.Option("--vad/--no-vad", help="Drop windows that hold no speech (Silero VAD) before decoding, so noise, tones and music do not turn into invented text. --no-vad keeps only the silence rules.")] = True,
@@ -160,7 +160,7 @@ def transcribe(
         task=task, batch_size=rows, device=device, dtype=dtype, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
-        beam_size=beam_size, best_of=best_of, patience=patience, length_penalty=length_penalty,
+        beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 

@@ -65,7 +65,7 @@ class Job:
     resume: bool = True
     vad: bool = True  # drop windows without speech (Silero VAD) before decoding
     beam_size: int = 5  # openai-whisper's CLI default; 1 decodes greedily
-    best_of: int = 5  # samples per window at a fallback temperature
+    best_of: int = 5  # samples per window at a fallback temperature (the CLI: the beam size)
     patience: float = 1.0
     length_penalty: float | None = None
 
