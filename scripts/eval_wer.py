@@ -298,6 +298,8 @@ def main() -> int:
             text = reference.read_text()
             decoded = {}  # config -> (row, segments, boundaries), for errors_near
             for config in args.configs.split(","):
+                if config.startswith("fw-"):
+                    models["faster-whisper"]()  # loaded before the clock starts, as the wtx models are
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, models, stock, audio)
                 label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
