@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from wtx.audio import N_SAMPLES, Window
-from wtx.beam import GroupLoop, best_hypothesis, window_hypotheses
+from wtx.beam import GroupLoop, best_hypothesis, until_eot, window_hypotheses
 from wtx.decode import DecodeLoop, LogitFilters
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
@@ -217,7 +217,7 @@ class BatchDecoder:
             penalty = self.decoding.length_penalty
             return [best_hypothesis(h, penalty) for h in window_hypotheses(loop, n)]
         rows = loop.sampled[:n].cpu().tolist()
-        return [(row[: row.index(eot)] if eot in row else row, lp) for row, lp in zip(rows, loop.sum_logprobs[:n].cpu().tolist())]
+        return [(until_eot(row, eot), lp) for row, lp in zip(rows, loop.sum_logprobs[:n].cpu().tolist())]
 
     def results(self, windows, hypotheses, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
         no_speech = no_speech_probs.float().cpu().tolist()
