@@ -171,13 +171,34 @@ def run_config(config, models, stock, audio_path):
     raise ValueError(config)
 
 
+def ct2_checkpoint(folder: Path) -> Path:
+    """A CTranslate2 model folder (model.bin, config.json) converted to an openai-whisper
+    checkpoint in a temporary file, for wtx and stock: the machine has no bundled packages."""
+    import io
+    import tempfile
+
+    import torch
+
+    from wtx.ct2 import ct2_to_whisper, read_ct2
+
+    _, variables, _ = read_ct2(io.BytesIO((folder / "model.bin").read_bytes()))
+    heads = json.loads((folder / "config.json").read_text()).get("alignment_heads")
+    path = Path(tempfile.mkdtemp(prefix="wtx-eval-")) / f"{folder.name}.pt"
+    torch.save(ct2_to_whisper(variables, heads), path)
+    return path
+
+
 def ct2_folder(name: str) -> Path:
     """The bundled package's CTranslate2 model as a folder faster-whisper can load: tiny.en's
-    package folder itself; base's two model.bin parts joined into a temporary folder."""
+    package folder itself; base's two model.bin parts joined into a temporary folder; a
+    folder given as the model, as it is."""
     import shutil
     import tempfile
 
     from wtx.weights import BUNDLED, package_file
+
+    if Path(name).is_dir():
+        return Path(name)
 
     model = BUNDLED[name]
     parts = [package_file(pkg, rel) for pkg, rel in model.parts]
@@ -256,13 +277,16 @@ def markdown(rows, command, batch_size=8):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="tiny.en")
+    parser.add_argument("--models", default="tiny.en", help="comma-separated: bundled names, .pt paths, or "
+                        "CTranslate2 model folders (named like the model: /tmp/tiny.en)")  # fmt: skip
     parser.add_argument("--configs", default=",".join(DEFAULT_CONFIGS), help="from " + ",".join(CONFIGS))
     parser.add_argument("--files", nargs="*", help="AUDIO:REFERENCE pairs (default: the long files in ../shared)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8, help="wtx's batch rows (streams) and stock decode's batch")
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
+    parser.add_argument("--fw-device", help="faster-whisper's device (default: --device); cpu runs it int8, "
+                        "where CTranslate2 has no CUDA libraries it can load")  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -289,11 +313,12 @@ def main() -> int:
     for model in args.models.split(","):
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
         options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
-        models = {"prompted": wtx.load_model(model, **options),
-                  "greedy": wtx.load_model(model, **options, beam_size=1),
-                  "unprompted": wtx.load_model(model, **options, condition_on_previous_text=False),
-                  "faster-whisper": faster_whisper_loader(model, args.device, args.threads)}  # fmt: skip
-        stock = load_stock_model(load_checkpoint(model), args.device)
+        weights = str(ct2_checkpoint(Path(model))) if Path(model).is_dir() else model
+        models = {"prompted": wtx.load_model(weights, **options),
+                  "greedy": wtx.load_model(weights, **options, beam_size=1),
+                  "unprompted": wtx.load_model(weights, **options, condition_on_previous_text=False),
+                  "faster-whisper": faster_whisper_loader(model, args.fw_device or args.device, args.threads)}  # fmt: skip
+        stock = load_stock_model(load_checkpoint(weights), args.device)
         for audio, reference in pairs:
             text = reference.read_text()
             decoded = {}  # config -> (row, segments, boundaries), for errors_near
@@ -302,9 +327,12 @@ def main() -> int:
                     models["faster-whisper"]()  # loaded before the clock starts, as the wtx models are
                 started = time.perf_counter()
                 segments, boundaries = run_config(config, models, stock, audio)
-                label = Path(model).stem if model.endswith(".pt") else model  # /tmp/base.pt -> base
+                label = Path(model).name.removesuffix(".pt")  # /tmp/base.pt or /tmp/base -> base
                 seconds = time.perf_counter() - started
-                row = {"model": label, "dtype": dtype, "file": audio.name, "config": config, "seconds": seconds,
+                fw = config.startswith("fw-")
+                device = (args.fw_device or args.device) if fw else args.device
+                row = {"model": label, "device": device, "dtype": ("float16" if device.startswith("cuda") else "int8") if fw else dtype,
+                       "threads": args.threads, "file": audio.name, "config": config, "seconds": seconds,
                        "audio_s": durations[audio], "rtfx": durations[audio] / seconds,
                        **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip
                 rows.append(row)

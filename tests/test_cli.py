@@ -1,5 +1,6 @@
 """Exit codes, stdout/stderr separation and outputs of `wtx transcribe`, run as a real process."""
 
+import json
 import subprocess
 import sys
 
@@ -44,6 +45,32 @@ def test_bad_beam_options_are_usage_errors(tmp_path, option, value, says):
     assert out.returncode == 2
     assert says in out.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("flags", [["--highlight-words"], ["--max-line-width", "30"], ["--max-words-per-line", "3"]])
+def test_subtitle_layout_needs_word_timestamps(tmp_path, flags):
+    out = run_wtx("transcribe", str(SAMPLE), *flags, "-o", str(tmp_path))
+    assert out.returncode == 2
+    assert b"needs --word-timestamps" in out.stderr and flags[0].encode() in out.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_word_timestamps_into_json_and_tsv(tmp_path):
+    """--word-timestamps: the JSON's segments list their words, the TSV has a row per word, and
+    the text is the text without words."""
+    common = [str(SAMPLE), "-b", "4", "--beam-size", "1", "--no-vad", "-q"]
+    out = run_wtx("transcribe", *common, "--word-timestamps", "-f", "json,tsv,txt", "-o", str(tmp_path / "w"))
+    assert out.returncode == 0, out.stderr
+    payload = json.loads((tmp_path / "w" / "sample.json").read_text())
+    words = [w for s in payload["segments"] for w in s["words"]]
+    assert len(words) > 100 and {"word", "start", "end", "probability"} == set(words[0])
+    assert all(s["start"] <= s["end"] for s in payload["segments"])
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+    tsv = (tmp_path / "w" / "sample.tsv").read_text().splitlines()
+    assert len(tsv) == len(words) + 1 and tsv[1].split("\t")[2] == words[0]["word"].strip()
+    plain = run_wtx("transcribe", *common, "-o", "-")
+    assert plain.returncode == 0
+    assert plain.stdout.decode() == (tmp_path / "w" / "sample.txt").read_text()
 
 
 @pytest.mark.slow

@@ -202,3 +202,23 @@ def test_beam_search_step_compiles_fullgraph_and_matches_eager():
     for name in ("sampled", "ended_tokens", "ended_count", "frozen"):
         assert torch.equal(getattr(ours, name), getattr(theirs, name)), name
     torch.testing.assert_close(ours.sum_logprobs, theirs.sum_logprobs, rtol=1e-4, atol=1e-4)
+
+
+def test_word_timestamps_leave_the_compiled_functions_alone(engines):
+    """The aligning pass after a compiled batch is eager: nothing recompiles, and the words are
+    the eager engine's on the same tokens."""
+    from torch._dynamo.utils import counters
+
+    before = dict(counters["stats"])
+    text = [[440, 1049, 286, 262, 995, 13], [40, 588, 257, 1310, 11, 1310, 3797, 13]]
+    aligned = []
+    for engine in engines:
+        batch = windows(5)
+        engine.decode_batch(batch)
+        aligned.append(engine.batch.align(text, batch, ["en", "en"]))
+    assert dict(counters["stats"]) == before
+    (ours, theirs) = aligned
+    assert [[w.word for w in a] for a in ours] == [[w.word for w in a] for a in theirs]
+    for a, b in zip(ours, theirs):
+        assert len(a) > 0
+        assert all(abs(x.start - y.start) <= 0.02 and abs(x.end - y.end) <= 0.02 for x, y in zip(a, b))

@@ -87,7 +87,7 @@ def test_cues_are_monotonic_and_do_not_overlap():
 def test_write_outputs_is_atomic_and_all_or_nothing(tmp_path, monkeypatch):
     import wtx.writers as writers
 
-    def broken(transcript, f):
+    def broken(transcript, f, *options):
         f.write("partial")
         raise OSError(28, "No space left on device")
 
@@ -114,3 +114,72 @@ def test_outputs_honour_the_umask(tmp_path):
 def test_output_paths():
     paths = output_paths(Input("/data/book one.mp3", Path("book one")), ["txt", "srt"], None)
     assert [str(p) for p in paths.values()] == ["/data/book one.txt", "/data/book one.srt"]
+
+
+def worded_transcript(seed: int = 0) -> Transcript:
+    """Segments with word times: pauses, long words and punctuation, as --word-timestamps gives them."""
+    import random
+
+    from wtx.segments import Word
+
+    rng = random.Random(seed)
+    vocabulary = ["the", "lighthouse", "keeper,", "climbed", "stairs.", "Every", "night", "a", "lamp", "burned", "--> on", "rocks!"]
+    segments, t = [], 0.0
+    for _ in range(12):
+        words = []
+        for _ in range(rng.randint(1, 14)):
+            t += rng.choice([0.0, 0.1, 0.4, 3.5])
+            end = t + rng.choice([0.1, 0.3, 0.6])
+            words.append(Word(" " + rng.choice(vocabulary), round(t, 2), round(end, 2), rng.random()))
+            t = end
+        text = "".join(w.word for w in words).strip()
+        segments.append(TimedText(words[0].start, words[-1].end, text, tuple(words)))
+    return Transcript("book.mp3", t + 1, "en", segments)
+
+
+@pytest.mark.parametrize("options", [
+    dict(max_line_width=20, max_line_count=2), dict(max_line_width=30), dict(max_line_count=3, max_line_width=42),
+    dict(max_words_per_line=3), dict(max_line_width=25, max_line_count=1, max_words_per_line=4),
+    dict(max_line_width=20, max_line_count=2, highlight_words=True), dict(max_words_per_line=2, highlight_words=True),
+])  # fmt: skip
+def test_word_subtitles_are_whispers(options):
+    """--max-line-width, --max-line-count, --max-words-per-line and --highlight-words lay out
+    cues as openai-whisper's subtitle writer does, on the same words (.vtt has the same cues)."""
+    from whisper.utils import WriteSRT
+
+    from wtx.writers import SubtitleOptions, render as render_format
+
+    transcript = worded_transcript()
+    result = {"segments": [{"start": s.start, "end": s.end, "text": s.text,
+                            "words": [{"word": w.word, "start": w.start, "end": w.end} for w in s.words]}
+                           for s in transcript.segments]}  # fmt: skip
+    stock = io.StringIO()
+    WriteSRT(".").write_result(result, stock, **options)
+    ours = render_format(transcript, "srt", SubtitleOptions(**options))
+    assert ours.replace("->", "-->").replace("--->", "-->") == stock.getvalue()  # wtx never writes "-->" in a cue
+    vtt = render_format(transcript, "vtt", SubtitleOptions(**options)).split("\n\n")[1:]
+    assert [c.split("\n", 1)[1] for c in vtt if c] == [text for *_, text in parse_srt(ours)]
+
+
+def test_word_outputs():
+    """With words: the JSON lists each segment's words, the TSV has a row per word, and the
+    default cues (two lines of 42 characters) take their times from the words."""
+    from wtx.writers import SubtitleOptions, render as render_format
+
+    transcript = worded_transcript(1)
+    words = [w for s in transcript.segments for w in s.words]
+    payload = json.loads(render_format(transcript, "json"))
+    listed = [w for s in payload["segments"] for w in s["words"]]
+    assert [(w["word"], w["start"], w["end"]) for w in listed] == [(w.word, w.start, w.end) for w in words]
+    assert all(0 <= w["probability"] <= 1 for w in listed)
+    rows = render_format(transcript, "tsv").splitlines()
+    assert rows[0] == "start\tend\ttext" and len(rows) == len(words) + 1
+    assert rows[1] == f"{round(words[0].start * 1000)}\t{round(words[0].end * 1000)}\t{words[0].word.strip()}"
+    cues = parse_srt(render_format(transcript, "srt"))
+    starts = {round(w.start, 3) for w in words}
+    ends = {round(w.end, 3) for w in words}
+    assert all(start in starts and end in ends for _, start, end, _ in cues)
+    assert all(len(line) <= 42 and text.count("\n") < 2 for _, _, _, text in cues for line in text.split("\n"))
+    assert " ".join(t.replace("\n", " ") for *_, t in cues).replace("->", "-->") == " ".join(s.text for s in transcript.segments)
+    highlighted = parse_srt(render_format(transcript, "srt", SubtitleOptions(highlight_words=True)))
+    assert sum("<u>" in text for *_, text in highlighted) == len(words)

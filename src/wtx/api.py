@@ -45,16 +45,21 @@ class Model:
                 "task": o.decoding.task, "language": o.decoding.language, "vad": self.detector is not None,
                 "decoding": asdict(o.decoding)}  # fmt: skip
 
-    def run(self, recordings: Iterable[Recording], ordered: bool = False) -> Iterator[WindowDone | RecordingDone]:
+    def run(self, recordings: Iterable[Recording], ordered: bool = False,
+            word_timestamps: bool = False) -> Iterator[WindowDone | RecordingDone]:  # fmt: skip
         """Every recording's windows through one scheduler: WindowDone events (per recording in
         window order with `ordered`, else as each completes), then each RecordingDone."""
-        return self.engine.scheduler().run(recordings, ordered)
+        return self.engine.scheduler(word_timestamps).run(recordings, ordered)
 
-    def transcribe(self, audio: str | np.ndarray, split: str = "silence") -> tuple[Iterator[Segment], TranscriptionInfo]:
+    def transcribe(self, audio: str | np.ndarray, split: str = "silence",
+                   word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip
         """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono float32 array.
 
         Returns (segments, info): segments are yielded lazily in time order; info holds the
-        duration, the language and the options used. A file that cannot be decoded raises
+        duration, the language and the options used. With word_timestamps, each segment's
+        `words` holds its words (`word`, `start`, `end`, `probability`), aligned as
+        openai-whisper's word_timestamps=True does, and the segment's times come from them.
+        A file that cannot be decoded raises
         wtx.errors.AudioError when the segments are iterated (for a multilingual model without
         a language, when its first window is read for language detection: here)."""
         from wtx.pipeline import AudioReader
@@ -71,11 +76,11 @@ class Model:
             windows = _chain(first, windows)
         language = language or "en"
         recording = Recording("audio", windows, duration, {}, language)
-        info = TranscriptionInfo(duration, language, {**self.options, "split": split, "language": language})
-        return self._segments(recording), info
+        options = {**self.options, "split": split, "language": language, "word_timestamps": word_timestamps}
+        return self._segments(recording, word_timestamps), TranscriptionInfo(duration, language, options)
 
-    def _segments(self, recording: Recording) -> Iterator[Segment]:
-        for event in self.run([recording], ordered=True):
+    def _segments(self, recording: Recording, word_timestamps: bool) -> Iterator[Segment]:
+        for event in self.run([recording], ordered=True, word_timestamps=word_timestamps):
             if isinstance(event, WindowDone):
                 yield from event.result.segments
             elif event.error is not None:

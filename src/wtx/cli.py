@@ -117,6 +117,11 @@ def transcribe(
     best_of: Annotated[Optional[int], typer.Option("--best-of", min=1, max=16, help="Samples per window at a fallback temperature (a window whose text failed the compression-ratio or log-probability test); the best is kept. Default: the beam size (5; with --beam-size 1, one sample, the fastest).", show_default=False)] = None,
     patience: Annotated[float, typer.Option("--patience", min=0.0, help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have).")] = 1.0,
     length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", min=0.0, max=2.0, help="Rank hypotheses by log-probability / ((5 + length) / 6) ** this; default: / length.")] = None,
+    word_timestamps: Annotated[bool, typer.Option("--word-timestamps", help="Time every word (openai-whisper's method: the alignment heads' cross-attention, aligned by dynamic time warping). Words go into .json (word, start, end, probability) and .tsv (a row per word); subtitle cues take their times from words. Costs one more decoder pass per batch.")] = False,
+    max_line_width: Annotated[Optional[int], typer.Option("--max-line-width", min=1, help="With --word-timestamps: characters per subtitle line (default 42, cues never spanning segments). With --max-line-count too, cues may span segments and break at pauses of 3 s, as openai-whisper's.", show_default=False)] = None,
+    max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --word-timestamps: lines per subtitle cue (default 2).", show_default=False)] = None,
+    max_words_per_line: Annotated[Optional[int], typer.Option("--max-words-per-line", min=1, help="With --word-timestamps: words per subtitle line; each run of this many words starts a cue unless --max-line-width and --max-line-count are given.", show_default=False)] = None,
+    highlight_words: Annotated[bool, typer.Option("--highlight-words", help="With --word-timestamps: in .srt and .vtt, one cue per spoken word with that word underlined (<u>...</u>), karaoke style.")] = False,
     vad: Annotated[bool, typer.Option("--vad/--no-vad", help="Drop windows that hold no speech (Silero VAD) before decoding, so noise, tones and music do not turn into invented text. --no-vad keeps only the silence rules.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
@@ -150,6 +155,13 @@ def transcribe(
     if beam_size > 1 and round(beam_size * patience) < 1:
         raise typer.BadParameter(f"{patience} with beam size {beam_size} keeps no hypothesis (round({beam_size} x {patience}) is 0)",
                                  param_hint="--patience")  # fmt: skip
+    from wtx.writers import SubtitleOptions
+
+    subtitles = SubtitleOptions(max_line_width, max_line_count, max_words_per_line, highlight_words)
+    if subtitles.any and not word_timestamps:
+        flag = next(f for f, v in [("--max-line-width", max_line_width), ("--max-line-count", max_line_count),
+                                   ("--max-words-per-line", max_words_per_line), ("--highlight-words", highlight_words)] if v)  # fmt: skip
+        raise typer.BadParameter("needs --word-timestamps: subtitle lines are laid out by word times", param_hint=flag)
     out = None if output_dir in (None, "-") else Path(output_dir)
 
     from wtx.transcribe import Job, run_transcribe
@@ -161,6 +173,7 @@ def transcribe(
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
         beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,
+        word_timestamps=word_timestamps, subtitles=subtitles,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 

@@ -88,8 +88,9 @@ class Engine:
         """Up to batch_size windows decoded at once (see BatchDecoder.decode)."""
         return self.batch.decode(windows, prompts, temperatures, languages)
 
-    def scheduler(self) -> StreamScheduler:
-        """The stream scheduler over this engine's batches (see wtx.streams)."""
+    def scheduler(self, word_timestamps: bool = False) -> StreamScheduler:
+        """The stream scheduler over this engine's batches (see wtx.streams); with
+        word_timestamps, every kept window's segments get their words (wtx.timing)."""
         options = StreamOptions(
             batch_size=self.options.batch_size, max_prompt=self.max_prompt,
             stream_windows=self.options.stream_windows, seek_tails=self.options.seek_tails,
@@ -100,7 +101,8 @@ class Engine:
             return self.decode_batch(windows, prompts=prompts, temperatures=temperatures, languages=languages)
 
         detect = self.detect_language if self.dims.is_multilingual else None
-        return StreamScheduler(decode, self.tokenizer, options, detect)
+        align = self.batch.align if word_timestamps else None
+        return StreamScheduler(decode, self.tokenizer, options, detect, align)
 
     def detect_language(self, window: Window) -> str:
         """The language spoken in `window` (multilingual models): a step of its own, once per file."""

@@ -36,7 +36,7 @@ class Entry:
     offset: float
     duration: float
     language: str
-    segments: list[tuple[float, float, str]]
+    segments: list[tuple]  # (start, end, text, words): words as (word, start, end, probability), or ()
     prompt: list[int] = field(default_factory=list)  # the next window's previous-text tokens
 
 
@@ -84,7 +84,7 @@ def _parse(data: bytes) -> tuple[dict | None, dict[int, Entry], bool]:
                 header = record
                 continue
             entry = Entry(int(record["index"]), float(record["offset"]), float(record["duration"]),
-                          str(record["language"]), [(float(a), float(b), str(t)) for a, b, t in record["segments"]],
+                          str(record["language"]), [_segment(*s) for s in record["segments"]],
                           [int(t) for t in record.get("prompt", [])])  # fmt: skip
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             if i == len(lines) - 1 and not data.endswith(b"\n"):
@@ -95,6 +95,11 @@ def _parse(data: bytes) -> tuple[dict | None, dict[int, Entry], bool]:
             raise CorruptJournal(f"line {i + 1} lacks a journal field ({type(e).__name__}: {e})") from e
         entries[entry.index] = entry
     return header, entries, clean
+
+
+def _segment(start, end, text, words=()) -> tuple:
+    words = tuple((str(w), float(a), float(b), float(p)) for w, a, b, p in words)
+    return float(start), float(end), str(text), words
 
 
 class Journal:
@@ -181,7 +186,7 @@ class Journal:
 
 def _record(entry: Entry) -> dict:
     return {"index": entry.index, "offset": entry.offset, "duration": entry.duration,
-            "language": entry.language, "segments": [list(s) for s in entry.segments], "prompt": entry.prompt}  # fmt: skip
+            "language": entry.language, "segments": [[a, b, t, [list(w) for w in words]] for a, b, t, words in (_segment(*s) for s in entry.segments)], "prompt": entry.prompt}  # fmt: skip
 
 
 JOURNAL_SUFFIX = ".wtx-journal"

@@ -13,8 +13,13 @@ Differences from openai/whisper's model.py, all in service of torch.compile and 
 State dicts from openai-whisper checkpoints load unchanged.
 """
 
+import base64
+import gzip
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 import torch
 import torch.nn.functional as F
@@ -166,6 +171,14 @@ class CrossAttention(nn.Module):
         a = a.view(b, h, group, t, dh).transpose(1, 2).reshape(b * group, h, t, dh)
         return self.out(merge_heads(a))
 
+    def qk(self, x: Tensor, heads: Tensor) -> Tensor:
+        """The attention logits of `heads` [h] over the audio, [B, h, T, n_audio_ctx] in float32,
+        scaled as openai-whisper computes them (one row per window: word alignment)."""
+        q = split_heads(self.query(x), self.n_head)[:, heads]
+        k = self.cross_kv.k[:, heads]
+        scale = q.shape[-1] ** -0.25
+        return ((q * scale) @ (k * scale).transpose(-1, -2)).float()
+
 
 def mlp(n_state: int) -> nn.Sequential:
     n_mlp = n_state * 4
@@ -195,9 +208,14 @@ class DecoderBlock(nn.Module):
         self.mlp = mlp(n_state)
         self.mlp_ln = LayerNorm(n_state)
 
-    def forward(self, x: Tensor, input_pos: Tensor, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, input_pos: Tensor, mask: Tensor, heads: Tensor | None = None,
+                weights: list[Tensor] | None = None) -> Tensor:  # fmt: skip
+        # heads: cross-attention heads whose logits go into `weights` (word alignment only)
         x = x + self.attn(self.attn_ln(x), input_pos, mask)
-        x = x + self.cross_attn(self.cross_attn_ln(x))
+        h = self.cross_attn_ln(x)
+        if heads is not None:
+            weights.append(self.cross_attn.qk(h, heads))
+        x = x + self.cross_attn(h)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -232,11 +250,13 @@ class TextDecoder(nn.Module):
         for block in self.blocks:
             block.cross_attn.set_audio_features(xa)
 
-    def hidden(self, tokens: Tensor, input_pos: Tensor, pad: Tensor) -> Tensor:
+    def hidden(self, tokens: Tensor, input_pos: Tensor, pad: Tensor, heads: dict[int, Tensor] | None = None,
+               weights: list[Tensor] | None = None) -> Tensor:  # fmt: skip
         """tokens [B, T] at cache slots input_pos [T]; row b's real tokens start at slot pad[b].
 
         Returns the final hidden states [B, T, D]. Padding slots are hidden from every query
-        but their own (an all-masked row would turn into NaN)."""
+        but their own (an all-masked row would turn into NaN). heads: layer -> cross-attention
+        heads whose logits are appended to `weights`, in layer order (word alignment)."""
         n_ctx = self.positional_embedding.shape[0]
         positions = (input_pos[None, :] - pad[:, None]).clamp(0, n_ctx - 1)  # [B, T]
         x = self.token_embedding(tokens) + self.positional_embedding[positions]
@@ -244,8 +264,8 @@ class TextDecoder(nn.Module):
         key = torch.arange(n_slots, device=tokens.device)[None, None, None, :]
         query = input_pos[None, None, :, None]
         mask = (key <= query) & ((key >= pad[:, None, None, None]) | (key == query))  # [B, 1, T, S]
-        for block in self.blocks:
-            x = block(x, input_pos, mask)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, input_pos, mask, heads.get(layer) if heads else None, weights)
         return self.ln(x)
 
     def repeat_cache_rows(self, group: int) -> None:
@@ -266,6 +286,31 @@ class TextDecoder(nn.Module):
         return self.logits(self.hidden(tokens, input_pos, pad))
 
 
+def default_alignment_heads(dims: ModelDimensions) -> list[tuple[int, int]]:
+    """openai-whisper's alignment heads for a model without its own: every head of the upper half."""
+    layers = range(dims.n_text_layer // 2, dims.n_text_layer)
+    return [(layer, head) for layer in layers for head in range(dims.n_text_head)]
+
+
+def alignment_heads(checkpoint: dict, dims: ModelDimensions) -> list[tuple[int, int]]:
+    """The (layer, head) pairs whose cross-attention follows the speech, in layer order.
+
+    From the checkpoint (bundled models carry their config's heads), else openai-whisper's
+    table for its model names, else openai-whisper's default: every head of the upper half."""
+    if checkpoint.get("alignment_heads"):
+        return sorted((int(layer), int(head)) for layer, head in checkpoint["alignment_heads"])
+    try:
+        from whisper import _ALIGNMENT_HEADS
+    except ImportError:
+        _ALIGNMENT_HEADS = {}
+    dump = _ALIGNMENT_HEADS.get(Path(str(checkpoint.get("name", ""))).name.removesuffix(".pt"))
+    if dump is not None:
+        mask = np.frombuffer(gzip.decompress(base64.b85decode(dump)), dtype=bool)
+        if mask.size == dims.n_text_layer * dims.n_text_head:
+            return [(int(layer), int(head)) for layer, head in np.argwhere(mask.reshape(dims.n_text_layer, -1))]
+    return default_alignment_heads(dims)
+
+
 class Whisper(nn.Module):
     def __init__(self, dims: ModelDimensions):
         super().__init__()
@@ -279,6 +324,7 @@ class Whisper(nn.Module):
         self.batch_size = 0
         self.n_slots = 0
         self.group = 1
+        self.alignment_heads = default_alignment_heads(dims)  # load_model sets the checkpoint's
 
     @property
     def device(self) -> torch.device:
@@ -335,4 +381,5 @@ def load_model(checkpoint: dict, device: str | torch.device = "cpu", dtype=torch
     if "encoder.positional_embedding" not in state:  # some exports omit the fixed sinusoids
         state["encoder.positional_embedding"] = sinusoids(dims.n_audio_ctx, dims.n_audio_state).to(device, dtype)
     model.load_state_dict(state, assign=True, strict=True)
+    model.alignment_heads = alignment_heads(checkpoint, dims)
     return model.eval().requires_grad_(False)

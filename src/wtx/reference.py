@@ -16,6 +16,14 @@ def load_stock_model(checkpoint: dict, device: str | torch.device = "cpu"):
     dims = whisper.model.ModelDimensions(**checkpoint["dims"])
     model = whisper.model.Whisper(dims)
     model.load_state_dict(checkpoint["model_state_dict"])
+    if checkpoint.get("alignment_heads"):  # the bundled models' own (for word timestamps)
+        import base64
+        import gzip
+
+        mask = np.zeros((dims.n_text_layer, dims.n_text_head), dtype=bool)
+        for layer, head in checkpoint["alignment_heads"]:
+            mask[layer, head] = True
+        model.set_alignment_heads(base64.b85encode(gzip.compress(mask.tobytes())))
     return model.to(device).eval()
 
 
@@ -59,3 +67,20 @@ def _grouped_task(model, options):
             return super()._detect_language(audio_features[:: self.n_group], tokens)
 
     return GroupedTask(model, options)
+
+
+def stock_word_timestamps(model, tokenizer, window: Window, segments, last_speech: float) -> list[dict]:
+    """openai-whisper's add_word_timestamps on one window's segments (wtx Segments, the tokens
+    to align), with the window's own mel as transcribe() passes it: whisper's segment dicts,
+    each with its "words"."""
+    from whisper.timing import add_word_timestamps
+
+    from wtx.timing import window_frames
+
+    device = next(model.parameters()).device
+    mel = log_mel_spectrogram(torch.from_numpy(window.samples).to(device), model.dims.n_mels)
+    dicts = [{"seek": window.offset * 100, "start": s.start, "end": s.end, "text": s.text, "tokens": list(s.tokens)}
+             for s in segments]  # fmt: skip
+    add_word_timestamps(segments=dicts, model=model, tokenizer=tokenizer, mel=mel, num_frames=window_frames(window),
+                        last_speech_timestamp=last_speech)  # fmt: skip
+    return dicts

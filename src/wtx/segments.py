@@ -16,11 +16,22 @@ MIN_STRETCHED_SECONDS = 4.0  # shorter segments are never taken for skips
 
 
 @dataclass(frozen=True)
+class Word:
+    """A word with its absolute start and end (seconds) and its tokens' mean probability."""
+
+    word: str
+    start: float
+    end: float
+    probability: float
+
+
+@dataclass(frozen=True)
 class Segment:
     start: float
     end: float
     text: str
     tokens: tuple[int, ...] = ()
+    words: tuple[Word, ...] = ()  # with word timestamps (wtx.timing); else empty
 
 
 def split_segments(tokens: list[int], tokenizer, offset: float, duration: float) -> list[Segment]:

@@ -30,6 +30,7 @@ from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, Window, pad_window
 from wtx.options import DecodingOptions
 from wtx.prefetch import prefetch
 from wtx.segments import WindowResult, compression_ratio, consumed_tokens, seek_point
+from wtx.words import WordTiming, add_word_timestamps, last_word_end
 
 MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
 MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
@@ -85,6 +86,7 @@ class _Stream:
     state: "_State"
     queue: deque  # of _Item
     prompt: list[int] = field(default_factory=list)
+    last_speech: float = 0.0  # where its last word ended (word timestamps), or where it started
 
 
 @dataclass
@@ -99,17 +101,20 @@ class _State:
 
 
 Decode = Callable[[list[Window], list[str | None], list[list[int]], list[float]], list[WindowResult]]
+Align = Callable[[list[list[int] | None], list[Window], list[str]], list[list[WordTiming]]]
 
 
 class StreamScheduler:
-    def __init__(self, decode: Decode, tokenizer, options: StreamOptions, detect_language=None):
+    def __init__(self, decode: Decode, tokenizer, options: StreamOptions, detect_language=None, align: Align | None = None):
         """decode(windows, languages, prompts, temperatures) -> one result per window: the batch
         decoder. detect_language(window) -> a language code, for recordings without one (None:
-        English-only model)."""
+        English-only model). align(texts, windows, languages) -> each window's words, for the
+        batch just decoded (None: no word timestamps)."""
         self.decode = decode
         self.tokenizer = tokenizer
         self.options = options
         self.detect_language = detect_language
+        self.align = align
 
     def stream_length(self, duration: float | None) -> int:
         """Windows per chunk: enough to spread a recording of `duration` over every row."""
@@ -141,34 +146,56 @@ class StreamScheduler:
                     [s.prompt if item.prompted else [] for s, item in zip(active, batch)],
                     [item.temperature for item in batch],
                 )  # fmt: skip
-                for stream, item, result in zip(active, batch, results):
-                    self._advance(stream, item, result)
+                kept = [self._judge(stream, item, result) for stream, item, result in zip(active, batch, results)]
+                if self.align is not None:
+                    self._add_words(active, results, kept)
+                for stream, item, result, keep in zip(active, batch, results, kept):
+                    if keep:
+                        self._take(stream, item, result)
             yield from _completed(states, ordered)
             states[:] = [s for s in states if not _finished(s)]
             if not active and chunks.exhausted:
                 return
 
-    def _advance(self, stream: _Stream, item: _Item, result: WindowResult) -> None:
-        """Takes one decoded window into its stream: fallback, tail, prompt, parent result."""
-        entry = item.entry
+    def _judge(self, stream: _Stream, item: _Item, result: WindowResult) -> bool:
+        """Whether a decoded window is kept: False when it goes back to its stream's queue (at the
+        next fallback temperature, or without its prompt). A kept window that stopped early leaves
+        its tail at the front of the queue and keeps only the segments before the seek point."""
         options = self.options.decoding
         if item.prompted and stream.prompt and result.is_silent(options):
             # a prompt can talk the model out of a window's speech: decode it again on its own
             stream.queue.appendleft(replace(item, prompted=False))
-            return
+            return False
         fallback = options.fallback_temperatures
         attempt = fallback.index(item.temperature) + 1 if item.temperature in fallback else 0
         if attempt < len(fallback) and result.needs_fallback(options, self.tokenizer):
             stream.queue.appendleft(replace(item, temperature=fallback[attempt]))
-            return
+            return False
         tail = self._tail(result) if self.options.seek_tails and item.depth < MAX_TAIL_DEPTH else None
         if tail is not None:
             tail_window, start = tail
             # the text after the last closed pair starts at the seek time: the tail decodes it
             # again (segment times are rounded to 1 ms, timestamps are 20 ms apart)
             result.segments = [seg for seg in result.segments if seg.start < start - 0.01]
-            stream.queue.appendleft(_Item(tail_window, entry, item.depth + 1))
-            entry["open"] += 1
+            stream.queue.appendleft(_Item(tail_window, item.entry, item.depth + 1))
+            item.entry["open"] += 1
+        return True
+
+    def _add_words(self, streams: list[_Stream], results: list[WindowResult], kept: list[bool]) -> None:
+        """Word timestamps for the kept windows of the batch just decoded, in one aligning pass;
+        each stream carries where its speech last ended into its next window, as transcribe() does."""
+        texts = [[t for seg in r.segments for t in seg.tokens] if keep and r.segments else None
+                 for r, keep in zip(results, kept)]  # fmt: skip
+        alignments = self.align(texts, [r.window for r in results], [r.language for r in results])
+        for stream, result, text, alignment in zip(streams, results, texts, alignments):
+            if text is None:
+                continue
+            result.segments = add_word_timestamps(result.segments, alignment, result.window.offset, stream.last_speech)
+            stream.last_speech = last_word_end(result.segments)
+
+    def _take(self, stream: _Stream, item: _Item, result: WindowResult) -> None:
+        """Takes a kept window into its stream's prompt and its parent's result."""
+        entry = item.entry
         self._condition(stream, result)
         if entry["result"] is None:
             entry["result"] = result
@@ -275,7 +302,8 @@ class _Chunks:
         first = windows[0].index
         # a chunk a resumed run picks up midway continues from the journaled prompt
         midway = first % state.span != 0 and self.scheduler.options.max_prompt
-        stream = _Stream(state, deque(), list(state.recording.prompts.get(first - 1, [])) if midway else [])
+        prompt = list(state.recording.prompts.get(first - 1, [])) if midway else []
+        stream = _Stream(state, deque(), prompt, last_speech=windows[0].offset)
         for window in windows:
             entry = {"result": None, "open": 1, "yielded": False}
             state.entries.append(entry)

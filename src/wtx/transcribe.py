@@ -29,7 +29,8 @@ from wtx.api import Model
 from wtx.pipeline import AudioReader
 from wtx.split import make_windows
 from wtx.streams import Recording, WindowDone
-from wtx.writers import TimedText, Transcript, render, write_outputs
+from wtx.segments import Word
+from wtx.writers import SubtitleOptions, TimedText, Transcript, render, write_outputs
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
 EXIT_TERMINATED = 143  # SIGTERM: what timeout, systemd, Kubernetes and Slurm send
@@ -68,6 +69,8 @@ class Job:
     best_of: int = 5  # samples per window at a fallback temperature (the CLI: the beam size)
     patience: float = 1.0
     length_penalty: float | None = None
+    word_timestamps: bool = False
+    subtitles: SubtitleOptions = SubtitleOptions()
 
 
 def _error(message: str) -> None:
@@ -218,7 +221,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
               "compiled": bool(report and report.source != "eager"), "vad": detector is not None,
               "threads": torch.get_num_threads() if engine.device.type == "cpu" else None,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
-              "length_penalty": job.length_penalty}  # fmt: skip
+              "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps}  # fmt: skip
 
     total = sum(known) if len(known) == len(inputs) else None
     work_started = time.perf_counter()
@@ -238,7 +241,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
             work_started = time.perf_counter()  # the summary times wtx alone
         run = _Run(job, plan, durations, config, detector, progress, baselines)
         try:
-            for event in Model(engine, detector).run(run.recordings(inputs), ordered=False):
+            for event in Model(engine, detector).run(run.recordings(inputs), ordered=False, word_timestamps=job.word_timestamps):
                 if isinstance(event, WindowDone):
                     run.window_done(event.key, event.result)
                 else:
@@ -363,7 +366,8 @@ class _Run:
         state = self.inputs[key]
         w = result.window
         entry = Entry(w.index, w.offset, w.duration, result.language,
-                      [(s.start, s.end, s.text) for s in result.segments], result.prompt or [])  # fmt: skip
+                      [(s.start, s.end, s.text, tuple((w.word, w.start, w.end, w.probability) for w in s.words))
+                       for s in result.segments], result.prompt or [])  # fmt: skip
         if state.journal:
             state.journal.append(entry)
         state.done[w.index] = entry
@@ -386,10 +390,11 @@ class _Run:
                 _warn(warning)
             done = state.done
             language = next(iter(done.values())).language if done else (self.job.language or "en")
-            segments = [TimedText(*s) for index in sorted(done) for s in done[index].segments]
+            segments = [TimedText(start, end, text, tuple(Word(*w) for w in words))
+                        for index in sorted(done) for start, end, text, words in done[index].segments]  # fmt: skip
             transcript = Transcript(source=key, duration=reader.seconds, language=language, segments=segments)
             if state.paths:
-                written = write_outputs(transcript, state.paths)
+                written = write_outputs(transcript, state.paths, self.job.subtitles)
                 self.progress.log(f"wrote {', '.join(display(p) for p in written)}")
             else:
                 self.finished[key] = transcript
@@ -414,7 +419,7 @@ class _Run:
         while self.order and self.order[0] in self.finished:
             transcript = self.finished.pop(self.order.pop(0))
             if transcript is not None:
-                _write_stdout(("\n" if self.written else "") + render(transcript, self.job.formats[0]))
+                _write_stdout(("\n" if self.written else "") + render(transcript, self.job.formats[0], self.job.subtitles))
                 self.written += 1
 
     def close_journals(self) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from wtx.atomic import atomic_paths, public_mode
 from wtx.names import display
+from wtx.segments import Word
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
 DEFAULT_FORMATS = ("txt", "srt")
@@ -28,6 +29,21 @@ class TimedText:
     start: float
     end: float
     text: str
+    words: tuple[Word, ...] = ()  # with word timestamps
+
+
+@dataclass(frozen=True)
+class SubtitleOptions:
+    """openai-whisper's subtitle options; they need word timestamps (segments without words ignore them)."""
+
+    max_line_width: int | None = None  # characters per line
+    max_line_count: int | None = None  # lines per cue; with max_line_width, cues may span segments
+    max_words_per_line: int | None = None
+    highlight_words: bool = False  # one cue per word, the word underlined
+
+    @property
+    def any(self) -> bool:
+        return self != SubtitleOptions()
 
 
 @dataclass
@@ -63,7 +79,7 @@ def _cues(transcript: Transcript) -> list[TimedText]:
             continue
         start = max(s.start, previous_end)
         end = max(s.end, start)
-        cues.append(TimedText(start, end, text))
+        cues.append(TimedText(start, end, text, s.words))
         previous_end = end
     return cues
 
@@ -112,27 +128,101 @@ def subtitle_cues(transcript: Transcript) -> list[TimedText]:
     return fixed
 
 
-def write_srt(transcript: Transcript, f: TextIO) -> None:
-    for i, cue in enumerate(subtitle_cues(transcript), start=1):
+LONG_PAUSE = 3.0  # seconds between words that end a cue, when cues may span segments
+
+
+def _word_lines(segments: Sequence[TimedText], width: int, count: int | None, per_line: int,
+                preserve: bool) -> list[list[tuple[str, Word]]]:  # fmt: skip
+    """openai-whisper's subtitle rule over words: each cue a list of (text, word), the text
+    starting with a newline where a line breaks. A line holds up to `width` characters and
+    `per_line` words; a cue holds up to `count` lines (None: any). With `preserve`, each
+    segment (and each run of `per_line` words) starts a cue; otherwise a pause of LONG_PAUSE
+    seconds does."""
+    cues: list[list[tuple[str, Word]]] = []
+    cue: list[tuple[str, Word]] = []
+    line_len, line_count = 0, 1
+    last = next((s.start for s in segments if s.words), 0.0)
+    for segment in segments:
+        for run_start in range(0, len(segment.words), per_line):
+            for i, word in enumerate(segment.words[run_start : run_start + per_line]):
+                text = word.word
+                long_pause = not preserve and word.start - last > LONG_PAUSE
+                has_room = line_len + len(text) <= width
+                segment_break = i == 0 and bool(cue) and preserve
+                if line_len > 0 and has_room and not long_pause and not segment_break:
+                    line_len += len(text)
+                else:
+                    text = text.strip()
+                    if (cue and count is not None and (long_pause or line_count >= count)) or segment_break:
+                        cues.append(cue)
+                        cue, line_count = [], 1
+                    elif line_len > 0:
+                        line_count += 1
+                        text = "\n" + text
+                    line_len = len(text.strip())
+                cue.append((text, word))
+                last = word.start
+    if cue:
+        cues.append(cue)
+    return cues
+
+
+def word_cues(transcript: Transcript, options: SubtitleOptions) -> list[TimedText]:
+    """Subtitle cues timed by words: wtx's default layout (a segment's words in cues of MAX_LINES
+    lines of MAX_LINE characters), or openai-whisper's --max-line-width, --max-line-count,
+    --max-words-per-line and --highlight-words."""
+    segments = [s for s in _cues(transcript) if s.words]
+    if not options.any or options == SubtitleOptions(highlight_words=True):
+        width, count, preserve = MAX_LINE, MAX_LINES, True
+    else:
+        width, count = options.max_line_width or 1000, options.max_line_count
+        preserve = options.max_line_count is None or options.max_line_width is None
+    cues: list[TimedText] = []
+    for cue in _word_lines(segments, width, count, options.max_words_per_line or 1000, preserve):
+        start, end = cue[0][1].start, cue[-1][1].end
+        text = "".join(t for t, _ in cue)
+        if not options.highlight_words:
+            cues.append(TimedText(start, end, text))
+            continue
+        last = start
+        for i, (_, word) in enumerate(cue):
+            if last != word.start:
+                cues.append(TimedText(last, word.start, text))
+            marked = [(t[: len(t) - len(t.lstrip())] + f"<u>{t.lstrip()}</u>") if j == i else t for j, (t, _) in enumerate(cue)]
+            cues.append(TimedText(word.start, word.end, "".join(marked)))
+            last = word.end
+    return cues
+
+
+def _subtitles(transcript: Transcript, options: SubtitleOptions) -> list[TimedText]:
+    if any(s.words for s in transcript.segments):
+        return word_cues(transcript, options)
+    return subtitle_cues(transcript)
+
+
+def write_srt(transcript: Transcript, f: TextIO, options: SubtitleOptions = SubtitleOptions()) -> None:
+    for i, cue in enumerate(_subtitles(transcript, options), start=1):
         start = format_timestamp(cue.start, always_include_hours=True, decimal_marker=",")
         end = format_timestamp(cue.end, always_include_hours=True, decimal_marker=",")
         f.write(f"{i}\n{start} --> {end}\n{cue.text.replace('-->', '->')}\n\n")
 
 
-def write_vtt(transcript: Transcript, f: TextIO) -> None:
+def write_vtt(transcript: Transcript, f: TextIO, options: SubtitleOptions = SubtitleOptions()) -> None:
     f.write("WEBVTT\n\n")
-    for cue in subtitle_cues(transcript):
+    for cue in _subtitles(transcript, options):
         start = format_timestamp(cue.start, always_include_hours=True)
         end = format_timestamp(cue.end, always_include_hours=True)
         f.write(f"{start} --> {end}\n{cue.text.replace('-->', '->')}\n\n")
 
 
 def write_tsv(transcript: Transcript, f: TextIO) -> None:
-    """openai-whisper's tsv: start and end in integer milliseconds, then the text."""
+    """openai-whisper's tsv: start and end in integer milliseconds, then the text; with word
+    timestamps, a row per word."""
     f.write("start\tend\ttext\n")
     for cue in _cues(transcript):
-        text = cue.text.replace("\t", " ")
-        f.write(f"{round(1000 * cue.start)}\t{round(1000 * cue.end)}\t{text}\n")
+        rows = [(w.start, w.end, w.word.strip()) for w in cue.words] or [(cue.start, cue.end, cue.text)]
+        for start, end, text in rows:
+            f.write(f"{round(1000 * start)}\t{round(1000 * end)}\t{text.replace(chr(9), ' ')}\n")
 
 
 def write_json(transcript: Transcript, f: TextIO) -> None:
@@ -143,6 +233,8 @@ def write_json(transcript: Transcript, f: TextIO) -> None:
         "text": transcript.text,
         "segments": [
             {"id": i, "start": s.start, "end": s.end, "text": s.text.strip()}
+            | ({"words": [{"word": w.word, "start": w.start, "end": w.end, "probability": round(w.probability, 4)}
+                          for w in s.words]} if s.words else {})  # fmt: skip
             for i, s in enumerate(_cues(transcript))
         ],
     }
@@ -159,14 +251,17 @@ WRITERS: dict[str, Callable[[Transcript, TextIO], None]] = {
 }
 
 
-def render(transcript: Transcript, fmt: str) -> str:
+def render(transcript: Transcript, fmt: str, subtitles: SubtitleOptions = SubtitleOptions()) -> str:
     """One format's text, as it would be written to its file."""
     buffer = io.StringIO(newline="")
-    WRITERS[fmt](transcript, buffer)
+    if fmt in ("srt", "vtt"):
+        WRITERS[fmt](transcript, buffer, subtitles)
+    else:
+        WRITERS[fmt](transcript, buffer)
     return buffer.getvalue()
 
 
-def write_outputs(transcript: Transcript, paths: dict[str, Path]) -> list[Path]:
+def write_outputs(transcript: Transcript, paths: dict[str, Path], subtitles: SubtitleOptions = SubtitleOptions()) -> list[Path]:
     """Writes every format as one set: all files appear (atomically, with the permissions the
     umask gives new files) or, when any of them fails (a full disk), none does."""
     for path in paths.values():
@@ -175,5 +270,5 @@ def write_outputs(transcript: Transcript, paths: dict[str, Path]) -> list[Path]:
     with atomic_paths(targets, mode=public_mode()) as temporaries:
         for fmt, tmp in zip(paths, temporaries):
             with open(tmp, "w", encoding="utf-8", newline="") as f:
-                f.write(render(transcript, fmt))
+                f.write(render(transcript, fmt, subtitles))
     return targets

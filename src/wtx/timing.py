@@ -1,0 +1,138 @@
+"""Word timestamps: openai-whisper's method, from the cross-attention of the alignment heads.
+
+After a batch is decoded, one teacher-forced decoder pass (wtx.batch) over each window's
+[<|startoftranscript|>..., <|notimestamps|>, text..., <|endoftext|>] yields the alignment heads'
+attention logits. Per window, as whisper's timing.py does: softmax over the window's frames,
+normalised per frame over the tokens, median-filtered along time (width 7) and averaged over
+the heads; dynamic time warping then maps tokens to frames (20 ms each), and tokens are grouped
+into words. The segment rules that follow are in wtx.words.
+
+The attention pass (wtx.batch), the per-window normalisation and one dynamic time warping over
+the whole batch run on the model's device; the paths are read back on the host.
+"""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from wtx.audio import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, Window
+from wtx.words import WordTiming
+
+TOKENS_PER_SECOND = 50  # one audio-encoder frame per 20 ms
+MEDFILT_WIDTH = 7
+
+
+def window_frames(window: Window) -> int:
+    """A window's mel frames with audio (100 a second), as transcribe() counts a segment's."""
+    return min(N_FRAMES, round(window.duration * SAMPLE_RATE) // HOP_LENGTH)
+
+
+def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Median over a sliding window of `width` (odd) along the last dimension, edges reflected.
+
+    An odd-even transposition sort of the `width` shifted copies: exact, like sorting each
+    window, and several times faster than torch.sort over so short a dimension."""
+    pad = width // 2
+    if x.shape[-1] <= pad:  # too short to reflect
+        return x
+    padded = F.pad(x, (pad, pad, 0, 0), mode="reflect")  # x: [heads, tokens, frames]
+    n = x.shape[-1]
+    copies = [padded[..., i : i + n] for i in range(width)]
+    for round_ in range(width):
+        for i in range(round_ % 2, width - 1, 2):
+            copies[i], copies[i + 1] = torch.minimum(copies[i], copies[i + 1]), torch.maximum(copies[i], copies[i + 1])
+    return copies[pad]
+
+
+def dtw(cost: torch.Tensor) -> torch.Tensor:
+    """Cheapest monotonic paths through a batch of cost matrices [B, N, M] (float64), as whisper's dtw.
+
+    Steps go diagonally, down (next token) or right (next frame); ties prefer right, then down.
+    Costs add up in float64 (as whisper's numba dtw does on the CPU, the reference), one
+    anti-diagonal of the (N + 1) x (M + 1) table at a time: every
+    cell of a diagonal depends only on the two before it, so a step is a few tensor operations
+    over the whole batch. A matrix smaller than [N, M] is padded anywhere below or right of it:
+    its cells never depend on the padding. Returns the steps taken [N + M + 1, B, N + 1] (int8,
+    indexed by diagonal and row), for `backtrace`."""
+    b, n, m = cost.shape
+    device = cost.device
+    rows = torch.arange(1, n + 1, device=device)
+    diagonals = torch.arange(n + m + 1, device=device)
+    columns = diagonals[:, None] - rows[None, :]  # [K, N]: the column of row i on diagonal k
+    inside = (columns >= 1) & (columns <= m)
+    skewed = cost[:, rows[None, :] - 1, (columns - 1).clamp(0, m - 1)]  # [B, K, N]
+    skewed = skewed.masked_fill(~inside, float("inf"))
+    inf = torch.full((b, 1), float("inf"), dtype=torch.float64, device=device)
+    before_last = torch.cat([torch.zeros_like(inf), inf.expand(b, n)], dim=1)  # diagonal 0: cell (0, 0)
+    last = inf.expand(b, n + 1)  # diagonal 1
+    trace = torch.full((n + m + 1, b, n + 1), 2, dtype=torch.int8, device=device)
+    for k in range(2, n + m + 1):
+        c0, c1, c2 = before_last[:, :-1], last[:, :-1], last[:, 1:]  # from (i-1, j-1), (i-1, j), (i, j-1)
+        diagonal = (c0 < c1) & (c0 < c2)
+        down = ~diagonal & (c1 < c0) & (c1 < c2)
+        best = torch.where(diagonal, c0, torch.where(down, c1, c2))
+        trace[k, :, 1:] = torch.where(diagonal, 0, torch.where(down, 1, 2)).to(torch.int8)
+        before_last, last = last, torch.cat([inf, skewed[:, k] + best], dim=1)
+    return trace
+
+
+def backtrace(trace: np.ndarray, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """One matrix's path from its trace [N + M + 1, N + 1] back from cell (n, m): (rows, columns)."""
+    i, j = n, m
+    path = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        step = 1 if j == 0 else 2 if i == 0 else trace[i + j, i]
+        if step == 0:
+            i, j = i - 1, j - 1
+        elif step == 1:
+            i -= 1
+        else:
+            j -= 1
+    path = np.array(path[::-1])
+    return path[:, 0], path[:, 1]
+
+
+def alignment_matrix(qk: torch.Tensor, n_text: int, n_frames: int, n_sot: int) -> torch.Tensor:
+    """One window's token-to-frame weights [n_text + 1, n_frames // 2] from its alignment heads'
+    logits [heads, T, n_audio_ctx] over [sot_sequence, no_timestamps, text, eot]: softmax over
+    the frames with audio, normalised over the tokens, median-filtered, averaged over heads."""
+    weights = qk[:, : n_sot + n_text + 2, : n_frames // 2].float().softmax(dim=-1)
+    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
+    weights = median_filter((weights - mean) / std, MEDFILT_WIDTH)
+    return weights.mean(dim=0)[n_sot:-1]  # rows: no_timestamps and the text tokens, each predicting the next
+
+
+def find_alignments(qk: torch.Tensor, texts: list[list[int]], token_probs: list[list[float]], frames: list[int],
+                    tokenizer) -> list[list[WordTiming]]:  # fmt: skip
+    """Each window's words aligned to its frames: whisper's find_alignment, batched.
+
+    qk: the alignment heads' attention logits [B, heads, T, n_audio_ctx] over each window's
+    forced sequence; texts: its text tokens; token_probs: their probabilities in that pass;
+    frames: its mel frames with audio (100 a second)."""
+    n_sot = len(tokenizer.sot_sequence)
+    matrices = [alignment_matrix(qk[i], len(text), f, n_sot) for i, (text, f) in enumerate(zip(texts, frames))]
+    cost = torch.zeros(len(texts), max(len(t) for t in texts) + 1, max(f // 2 for f in frames),
+                       dtype=torch.float64, device=qk.device)  # fmt: skip
+    for i, matrix in enumerate(matrices):
+        cost[i, : matrix.shape[0], : matrix.shape[1]] = -matrix.double()
+    trace = dtw(cost).cpu().numpy()
+    alignments = []
+    for i, (text, probs, matrix) in enumerate(zip(texts, token_probs, matrices)):
+        text_indices, time_indices = backtrace(trace[:, i], *matrix.shape)
+        alignments.append(_words(text, probs, text_indices, time_indices, tokenizer))
+    return alignments
+
+
+def _words(text_tokens: list[int], token_probs: list[float], text_indices: np.ndarray, time_indices: np.ndarray,
+           tokenizer) -> list[WordTiming]:  # fmt: skip
+    """Words from a path: a word starts at the frame where the path reaches its first token."""
+    words, word_tokens = tokenizer.split_to_word_tokens(text_tokens + [tokenizer.eot])
+    if len(word_tokens) <= 1:
+        return []
+    boundaries = np.pad(np.cumsum([len(t) for t in word_tokens[:-1]]), (1, 0))
+    jumps = np.pad(np.diff(text_indices), (1, 0), constant_values=1).astype(bool)
+    jump_times = time_indices[jumps] / TOKENS_PER_SECOND
+    starts, ends = jump_times[boundaries[:-1]], jump_times[boundaries[1:]]
+    probabilities = [float(np.mean(token_probs[i:j])) for i, j in zip(boundaries[:-1], boundaries[1:])]
+    return [WordTiming(w, t, float(s), float(e), p) for w, t, s, e, p in zip(words, word_tokens, starts, ends, probabilities)]

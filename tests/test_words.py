@@ -1,0 +1,166 @@
+"""Word timestamps agree with stock openai-whisper's word_timestamps=True (tiny.en, fp32, CPU)."""
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import shared_file
+from wtx.audio import fixed_windows, stream_samples
+from wtx.engine import Engine, EngineOptions
+from wtx.reference import load_stock_model, stock_word_timestamps
+from wtx.segments import Segment, Word, split_segments
+from wtx.streams import Recording, WindowDone
+from wtx.timing import backtrace, dtw, median_filter
+from wtx.weights import load_checkpoint
+from wtx.words import WordTiming, add_word_timestamps
+
+
+@pytest.fixture(scope="module")
+def engine_and_stock():
+    torch.set_num_threads(2)
+    checkpoint = load_checkpoint("tiny.en")
+    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=4, seek_tails=False,
+                            condition_on_previous_text=False)  # fmt: skip
+    return Engine(options), load_stock_model(checkpoint)
+
+
+def stock_words_for(engine, stock, results) -> list[list[dict]]:
+    """Stock add_word_timestamps on each window's own segments (before words moved their
+    times), the last speech carried from window to window as transcribe() carries it."""
+    last_speech, words = 0.0, []
+    for r in results:
+        segments = split_segments(r.tokens, engine.tokenizer, r.window.offset, r.window.duration)
+        theirs = [w for s in stock_word_timestamps(stock, engine.tokenizer, r.window, segments, last_speech) for w in s["words"]]
+        if theirs:
+            last_speech = theirs[-1]["end"]
+        words.append(theirs)
+    return words
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("relative, n", [("audio/lj001_0001-0032_concat.flac", None), ("tts/copperfield_ch01_slt.mp3", 10)])
+def test_word_times_match_stock(engine_and_stock, relative, n):
+    """The scheduler's words (one aligning pass per batch of four) against stock's on the same
+    windows and tokens: the same words, and start and end within 20 ms for at least 95%."""
+    engine, stock = engine_and_stock
+    windows = list(itertools.islice(fixed_windows(stream_samples(str(shared_file(relative)))), n))
+    events = engine.scheduler(word_timestamps=True).run([Recording("a", windows, None)], ordered=True)
+    results = [e.result for e in events if isinstance(e, WindowDone)]
+    assert [r.window.index for r in results] == [w.index for w in windows]
+    close = total = 0
+    for result, theirs in zip(results, stock_words_for(engine, stock, results)):
+        ours = [w for s in result.segments for w in s.words]
+        assert [w.word for w in ours] == [w["word"] for w in theirs]
+        for a, b in zip(ours, theirs):
+            total += 1
+            close += abs(a.start - b["start"]) <= 0.02 and abs(a.end - b["end"]) <= 0.02
+        assert all(0 <= w.probability <= 1 and w.start <= w.end for w in ours)
+    print(f"\n{relative}: {close}/{total} words within 20 ms of stock's")
+    assert total > 40 * len(windows)
+    assert close >= 0.95 * total
+
+
+def test_dtw_takes_whisper_paths():
+    """The batched anti-diagonal DTW finds whisper's path (its numba dtw) on random matrices,
+    padded to one shape, ties included (a quantised matrix has many)."""
+    from whisper.timing import dtw_cpu
+
+    rng = np.random.default_rng(0)
+    shapes = [(1, 1), (1, 9), (7, 1), (12, 40), (40, 12), (33, 150)]
+    matrices = [rng.standard_normal(s) for s in shapes[:3]] + [np.round(rng.standard_normal(s), 1) for s in shapes[3:]]
+    cost = torch.zeros(len(shapes), 40, 150, dtype=torch.float64)
+    for i, m in enumerate(matrices):
+        cost[i, : m.shape[0], : m.shape[1]] = torch.from_numpy(m)
+    trace = dtw(cost).numpy()
+    for i, m in enumerate(matrices):
+        theirs = dtw_cpu(m.copy())
+        ours = backtrace(trace[:, i], *m.shape)
+        assert np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1]), shapes[i]
+
+
+def test_median_filter_is_whispers():
+    from whisper.timing import median_filter as whisper_median_filter
+
+    x = torch.randn(3, 11, 60)
+    x[0, 0, :8] = 0.5  # ties
+    assert torch.equal(median_filter(x, 7), whisper_median_filter(x, 7))
+    short = torch.randn(2, 3, 3)
+    assert torch.equal(median_filter(short, 7), short)
+
+
+def random_alignment(rng: random.Random, n: int) -> list[WordTiming]:
+    """Words with pauses, long words, sentence ends and punctuation to merge, as find_alignment gives them."""
+    pieces = [" The", " man", ",", " said", " \"", "Yes", ".", "\"", " (", "Then", ")", " he", " left", "!", " It", "'s", " over", "?"]
+    alignment, t = [], 0.0
+    for i in range(n):
+        t += rng.choice([0.0, 0.0, 0.02, 0.5, 2.5])
+        duration = rng.choice([0.0, 0.1, 0.2, 0.3, 1.5, 3.0])
+        alignment.append(WordTiming(pieces[i % len(pieces)], [1000 + i], round(t, 2), round(t + duration, 2), rng.random()))
+        t += duration
+    return alignment
+
+
+def test_segment_rules_are_whispers(monkeypatch):
+    """The rules after alignment (long words cut at sentence ends and pauses, punctuation merged,
+    segment times from words) against whisper's add_word_timestamps fed the same alignments."""
+    import whisper.timing
+
+    rng = random.Random(0)
+    for trial in range(200):
+        alignment = random_alignment(rng, rng.randint(1, 30))
+        cuts = sorted(rng.sample(range(1, len(alignment) + 1), k=min(len(alignment), rng.randint(1, 4))))
+        if cuts[-1] != len(alignment):
+            cuts.append(len(alignment))
+        offset, last_speech = rng.choice([0.0, 30.0, 61.37]), rng.choice([0.0, 20.0, 60.0])
+        segments, start = [], 0
+        for cut in cuts:
+            words = alignment[start:cut]
+            seg_start = round(offset + words[0].start + rng.choice([-1.0, 0.0, 0.7]), 2)
+            seg_end = round(offset + words[-1].end + rng.choice([-1.0, 0.0, 0.7]), 2)
+            segments.append(Segment(max(0.0, seg_start), seg_end, "x", tuple(t for w in words for t in w.tokens)))
+            start = cut
+
+        def copy(timings):
+            return [whisper.timing.WordTiming(w.word, list(w.tokens), w.start, w.end, w.probability) for w in timings]
+
+        monkeypatch.setattr(whisper.timing, "find_alignment", lambda *a, timings=copy(alignment), **k: timings)
+        dicts = [{"seek": offset * 100, "start": s.start, "end": s.end, "tokens": list(s.tokens)} for s in segments]
+        whisper.timing.add_word_timestamps(segments=dicts, model=None, tokenizer=type("T", (), {"eot": 50256}),
+                                           mel=None, num_frames=0, last_speech_timestamp=last_speech)  # fmt: skip
+        ours = add_word_timestamps(segments, [WordTiming(w.word, list(w.tokens), w.start, w.end, w.probability) for w in alignment],
+                                   offset, last_speech)  # fmt: skip
+        for mine, theirs in zip(ours, dicts, strict=True):
+            assert (mine.start, mine.end) == (theirs["start"], theirs["end"]), trial
+            assert [(w.word, w.start, w.end) for w in mine.words] == [(w["word"], w["start"], w["end"]) for w in theirs["words"]], trial
+
+
+def test_api_segments_carry_words():
+    """Model.transcribe(word_timestamps=True): every segment's words, inside it and in order."""
+    import wtx
+
+    model = wtx.load_model("tiny.en", device="cpu", batch_size=2, beam_size=1, vad=False)
+    segments, info = model.transcribe(str(shared_file("audio/jfk.flac")), word_timestamps=True)
+    segments = list(segments)
+    assert info.options["word_timestamps"]
+    words = [w for s in segments for w in s.words]
+    assert "".join(w.word for w in words).strip() == " ".join(s.text for s in segments)
+    assert all(isinstance(w, Word) and 0 <= w.start <= w.end <= info.duration for w in words)
+    assert [w.start for w in words] == sorted(w.start for w in words)
+    plain, _ = model.transcribe(str(shared_file("audio/jfk.flac")))
+    assert [s.text for s in plain] == [s.text for s in segments]  # words never change the text
+
+
+def test_words_survive_the_journal(tmp_path):
+    """A resumed run writes the words of the windows journaled before the interruption."""
+    from wtx.journal import Entry, Journal
+
+    words = ((" Now,", 60.0, 61.02, 0.73), (" then", 61.1, 61.5, 0.9))
+    entry = Entry(2, 60.0, 30.0, "en", [(60.0, 61.5, "Now, then", words), (62.0, 63.0, "no words", ())], [1, 2])
+    identity = {"version": 3, "source": "x"}
+    journal = Journal(tmp_path / ".x.wtx-journal", identity)
+    journal.append(entry)
+    journal.close()
+    assert Journal(tmp_path / ".x.wtx-journal", identity).entries == {2: entry}
