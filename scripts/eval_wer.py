@@ -141,7 +141,7 @@ def run_config(config, models, stock, audio_path):
         return segments, [w.offset + CHUNK_LENGTH for w in windows[:-1]]
     if config.startswith("fw-"):
         return faster_whisper_segments(models["faster-whisper"](), audio_path, int(config.removeprefix("fw-beam")),
-                                       engine.options.batch_size), None  # fmt: skip
+                                       models["fw_batch_size"]), None  # fmt: skip
     if config in ("silence", "greedy", "unprompted", "fixed"):
         segments, boundaries = [], []
         model = models[{"unprompted": "unprompted", "greedy": "greedy"}.get(config, "prompted")]
@@ -285,6 +285,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8, help="wtx's batch rows (streams) and stock decode's batch")
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
+    parser.add_argument("--fw-batch-size", type=int, default=8, help="faster-whisper's batch (default 8, its own default)")
     parser.add_argument("--fw-device", help="faster-whisper's device (default: --device); cpu runs it int8, "
                         "where CTranslate2 has no CUDA libraries it can load")  # fmt: skip
     parser.add_argument("--json", type=Path)
@@ -317,7 +318,8 @@ def main() -> int:
         models = {"prompted": wtx.load_model(weights, **options),
                   "greedy": wtx.load_model(weights, **options, beam_size=1),
                   "unprompted": wtx.load_model(weights, **options, condition_on_previous_text=False),
-                  "faster-whisper": faster_whisper_loader(model, args.fw_device or args.device, args.threads)}  # fmt: skip
+                  "faster-whisper": faster_whisper_loader(model, args.fw_device or args.device, args.threads),
+                  "fw_batch_size": args.fw_batch_size}  # fmt: skip
         stock = load_stock_model(load_checkpoint(weights), args.device)
         for audio, reference in pairs:
             text = reference.read_text()
