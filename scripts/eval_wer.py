@@ -233,7 +233,12 @@ def faster_whisper_loader(name: str, device: str, threads: int):
 
 
 def faster_whisper_segments(pipeline, audio_path, beam_size: int, batch_size: int):
-    segments, _ = pipeline.transcribe(str(audio_path), language="en", beam_size=beam_size, batch_size=batch_size)
+    """faster-whisper on the audio as wtx decodes it (16 kHz mono float32, decoded inside the
+    timed run): its own decoder needs a PyAV older than 19."""
+    from wtx.audio import load_audio
+
+    audio = load_audio(str(audio_path))
+    segments, _ = pipeline.transcribe(audio, language="en", beam_size=beam_size, batch_size=batch_size)
     return [(s.start, s.end, s.text) for s in segments]
 
 

@@ -167,18 +167,70 @@ def _word_lines(segments: Sequence[TimedText], width: int, count: int | None, pe
     return cues
 
 
+def _fill(texts: list[str], width: int) -> list[bool]:
+    """Greedy lines of at most `width` characters over words: which word starts a line."""
+    starts, length = [], 0
+    for text in texts:
+        new_line = length > 0 and length + 1 + len(text) > width
+        length = len(text) if new_line or length == 0 else length + 1 + len(text)
+        starts.append(new_line or not starts)
+    return starts
+
+
+def _line_starts(texts: list[str]) -> list[bool]:
+    """As few lines of at most MAX_LINE characters as hold the words, their lengths evened out."""
+    starts = _fill(texts, MAX_LINE)
+    lines = sum(starts)
+    for width in range(-(-len(" ".join(texts)) // lines), MAX_LINE):
+        if sum(even := _fill(texts, width)) == lines:
+            return even
+    return starts
+
+
+def _balanced_cues(words: Sequence[Word]) -> list[list[tuple[str, Word]]]:
+    """wtx's layout of one segment's words: as few cues of MAX_LINES lines of MAX_LINE
+    characters as fit them, their lengths evened out (no one-word cue left over at the end)."""
+    texts = [w.word.strip() for w in words]
+
+    def pack(limit: int) -> list[list[int]]:
+        pieces: list[list[int]] = []
+        for i, text in enumerate(texts):
+            candidate = [texts[j] for j in pieces[-1]] + [text] if pieces else [text]
+            if pieces and (len(" ".join(candidate)) > limit or sum(_line_starts(candidate)) > MAX_LINES):
+                pieces.append([i])
+            elif pieces:
+                pieces[-1].append(i)
+            else:
+                pieces.append([i])
+        return pieces
+
+    pieces = pack(MAX_LINE * MAX_LINES)
+    total = len(" ".join(texts))
+    for limit in range(-(-total // len(pieces)), MAX_LINE * MAX_LINES):
+        if len(even := pack(limit)) == len(pieces):
+            pieces = even
+            break
+    cues = []
+    for piece in pieces:
+        starts = _line_starts([texts[i] for i in piece])
+        cues.append([(("\n" if new_line and k else " " if k else "") + texts[i], words[i])
+                     for k, (i, new_line) in enumerate(zip(piece, starts))])  # fmt: skip
+    return cues
+
+
 def word_cues(transcript: Transcript, options: SubtitleOptions) -> list[TimedText]:
-    """Subtitle cues timed by words: wtx's default layout (a segment's words in cues of MAX_LINES
-    lines of MAX_LINE characters), or openai-whisper's --max-line-width, --max-line-count,
-    --max-words-per-line and --highlight-words."""
+    """Subtitle cues timed by words: wtx's default layout (each segment's words in as few cues
+    of MAX_LINES lines of MAX_LINE characters as fit, evened out), or openai-whisper's
+    --max-line-width, --max-line-count and --max-words-per-line; --highlight-words with either."""
     segments = [s for s in _cues(transcript) if s.words]
     if not options.any or options == SubtitleOptions(highlight_words=True):
-        width, count, preserve = MAX_LINE, MAX_LINES, True
+        layout = [cue for s in segments for cue in _balanced_cues(s.words)]
     else:
         width, count = options.max_line_width or 1000, options.max_line_count
         preserve = options.max_line_count is None or options.max_line_width is None
+        layout = _word_lines(segments, width, count, options.max_words_per_line or 1000, preserve)
     cues: list[TimedText] = []
-    for cue in _word_lines(segments, width, count, options.max_words_per_line or 1000, preserve):
+    for cue in layout:
         start, end = cue[0][1].start, cue[-1][1].end
         text = "".join(t for t, _ in cue)
         if not options.highlight_words:
