@@ -155,3 +155,27 @@ def test_engines_that_share_a_model_each_get_their_own_caches(model):
     assert prompted.batch.n_slots != alone.batch.n_slots  # different cache lengths on one model
     for engine, n in ((prompted, 2), (alone, 1), (prompted, 2)):  # the third call finds the second's caches
         assert len(engine.decode_batch(windows(n), prompts=[[220] * 30] * n)) == n
+
+
+def test_a_resumed_chunk_continues_from_the_journaled_speech_end(model):
+    """Word timestamps: where a stream's speech last ended carries into its next window (a first
+    word long after it is cut short); a resumed run picks it up from the journal midway through
+    a chunk, so its words are the uninterrupted run's."""
+    from wtx.words import WordTiming
+
+    def align(texts, windows, languages):  # every window: one 2 s word at its start
+        return [[WordTiming(" w", list(t), 0.0, 2.0, 0.9)] if t else [] for t in texts]
+
+    engine, _ = engine_with(model)
+    engine.batch.align = align
+    whole = list(engine.transcribe_windows(windows(6), duration=180.0, word_timestamps=True))  # chunks 0-2, 3-5
+    assert [r.last_speech for r in whole[:2]] == [2.0, 32.0]
+    first = [r.segments[0].words[0] for r in whole]
+    assert (first[0].start, first[1].start, first[3].start) == (0.0, 30.6, 90.0)  # after a pause: cut to 1.4 s
+    engine, _ = engine_with(model)
+    engine.batch.align = align
+    journaled = {r.window.index: r.prompt for r in whole[:2]}
+    ends = {r.window.index: r.last_speech for r in whole[:2]}
+    resumed = list(engine.transcribe_windows(windows(4, start=2), duration=180.0, prompts=journaled,
+                                             word_timestamps=True, speech_ends=ends))  # fmt: skip
+    assert [r.segments for r in resumed] == [r.segments for r in whole[2:]]

@@ -110,12 +110,13 @@ class Engine:
 
     def transcribe_windows(
         self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None,
-        ordered: bool = True,
+        ordered: bool = True, word_timestamps: bool = False, speech_ends: dict[int, float] | None = None,
     ) -> Iterator[WindowResult]:
         """One recording's windows through the stream scheduler; a result per window, in window
-        order (or with `ordered=False` as soon as each is complete). Raises the audio's error."""
-        recording = Recording("", windows, duration, prompts or {}, self.options.decoding.language)
-        for event in self.scheduler().run([recording], ordered):
+        order (or with `ordered=False` as soon as each is complete). Raises the audio's error.
+        prompts and speech_ends: journaled, per window index, for a resumed recording."""
+        recording = Recording("", windows, duration, prompts or {}, self.options.decoding.language, speech_ends or {})
+        for event in self.scheduler(word_timestamps).run([recording], ordered):
             if isinstance(event, WindowDone):
                 yield event.result
             elif event.error is not None:

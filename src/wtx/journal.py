@@ -38,6 +38,7 @@ class Entry:
     language: str
     segments: list[tuple]  # (start, end, text, words): words as (word, start, end, probability), or ()
     prompt: list[int] = field(default_factory=list)  # the next window's previous-text tokens
+    last_speech: float | None = None  # with word timestamps: where speech ended, for the next window
 
 
 def source_identity(source: str, config: dict) -> dict:
@@ -85,7 +86,8 @@ def _parse(data: bytes) -> tuple[dict | None, dict[int, Entry], bool]:
                 continue
             entry = Entry(int(record["index"]), float(record["offset"]), float(record["duration"]),
                           str(record["language"]), [_segment(*s) for s in record["segments"]],
-                          [int(t) for t in record.get("prompt", [])])  # fmt: skip
+                          [int(t) for t in record.get("prompt", [])],
+                          None if record.get("last_speech") is None else float(record["last_speech"]))  # fmt: skip
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             if i == len(lines) - 1 and not data.endswith(b"\n"):
                 clean = False  # the last write was cut short: everything before it stands
@@ -186,7 +188,8 @@ class Journal:
 
 def _record(entry: Entry) -> dict:
     return {"index": entry.index, "offset": entry.offset, "duration": entry.duration,
-            "language": entry.language, "segments": [[a, b, t, [list(w) for w in words]] for a, b, t, words in (_segment(*s) for s in entry.segments)], "prompt": entry.prompt}  # fmt: skip
+            "language": entry.language, "segments": [[a, b, t, [list(w) for w in words]] for a, b, t, words in (_segment(*s) for s in entry.segments)], "prompt": entry.prompt,
+            "last_speech": entry.last_speech}  # fmt: skip
 
 
 JOURNAL_SUFFIX = ".wtx-journal"

@@ -144,6 +144,7 @@ class WindowResult:
     segments: list[Segment]
     temperature: float = 0.0
     prompt: list[int] | None = None  # the stream's prompt after this window (and its tails)
+    last_speech: float | None = None  # with word timestamps: where the stream's speech ended after it
 
     def is_silent(self, options: DecodingOptions) -> bool:
         """openai-whisper's no-speech rule: likely silence and no likely text."""

@@ -54,6 +54,7 @@ class Recording:
     duration: float | None = None  # from the header, to cut chunks; None: unknown (stdin)
     prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
     language: str | None = None  # None: detected on its first window (multilingual models)
+    speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,7 @@ class StreamScheduler:
         entry["open"] -= 1
         if entry["open"] == 0:
             entry["result"].prompt = list(stream.prompt)
+            entry["result"].last_speech = stream.last_speech
 
     def _condition(self, stream: _Stream, result: WindowResult) -> None:
         """Carries a window's text into its stream's prompt, as transcribe() does.
@@ -300,10 +302,12 @@ class _Chunks:
                 break
             windows.append(self._take()[1])
         first = windows[0].index
-        # a chunk a resumed run picks up midway continues from the journaled prompt
-        midway = first % state.span != 0 and self.scheduler.options.max_prompt
-        prompt = list(state.recording.prompts.get(first - 1, [])) if midway else []
-        stream = _Stream(state, deque(), prompt, last_speech=windows[0].offset)
+        # a chunk a resumed run picks up midway continues from the journaled prompt and speech end
+        midway = first % state.span != 0
+        prompt = list(state.recording.prompts.get(first - 1, [])) if midway and self.scheduler.options.max_prompt else []
+        ends = state.recording.speech_ends
+        last_speech = ends[first - 1] if midway and first - 1 in ends else windows[0].offset
+        stream = _Stream(state, deque(), prompt, last_speech)
         for window in windows:
             entry = {"result": None, "open": 1, "yielded": False}
             state.entries.append(entry)

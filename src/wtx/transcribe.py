@@ -355,8 +355,9 @@ class _Run:
             state.done = dict(state.journal.entries)
         state.reader = AudioReader(source, job.split, self.detector, skip=state.done)
         prompts = {index: entry.prompt for index, entry in state.done.items()}
+        ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
-        return Recording(source, state.reader, self.durations[source], prompts, language)
+        return Recording(source, state.reader, self.durations[source], prompts, language, ends)
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
@@ -367,7 +368,7 @@ class _Run:
         w = result.window
         entry = Entry(w.index, w.offset, w.duration, result.language,
                       [(s.start, s.end, s.text, tuple((w.word, w.start, w.end, w.probability) for w in s.words))
-                       for s in result.segments], result.prompt or [])  # fmt: skip
+                       for s in result.segments], result.prompt or [], result.last_speech)  # fmt: skip
         if state.journal:
             state.journal.append(entry)
         state.done[w.index] = entry
