@@ -3,7 +3,9 @@
 Measured with scripts/throughput.py (docs/benchmarks.md, "Batch size"): on the H200, fp16,
 compiled, three books four times over (3:07 of audio), batch 64 decoded tiny.en and base
 fastest of 16, 32, 64 and 128. Shapes not measured take 32. On a CPU every batch is padded to
-its size, so a small batch wastes the least on short inputs; CPU_BATCH measured fastest there.
+its size, so a small batch wastes the least on short inputs; CPU_BATCH measured fastest there
+greedy, and CPU_GROUPS with 5 beams (tiny.en, 2 threads: five minutes of copperfield in 73.8,
+57.7 and 72.0 s at 2, 4 and 8 windows; long_mix, 13:24, in 124 s at 4 and 157 s at 8).
 """
 
 import torch
@@ -12,6 +14,7 @@ MEASURED_CUDA = {(384, 4): 64, (512, 6): 64}  # (n_text_state, n_text_layer): ti
 CUDA_UNMEASURED = 32
 CUDA_GROUPS = 32  # windows per batch with several rows each (beam search): 32 x 5 rows
 CPU_BATCH = 8
+CPU_GROUPS = 4  # windows per batch on a CPU with beam search: 4 x 5 rows
 MEMORY_SHARE = 0.8  # of the device's free memory
 
 
@@ -28,7 +31,7 @@ def row_bytes(dims, dtype: torch.dtype, group: int = 1) -> int:
 def pick_batch_size(dims, device: torch.device, dtype: torch.dtype, group: int = 1) -> int:
     """The automatic batch size (windows) for a model on a device, with `group` rows per window."""
     if device.type != "cuda":
-        return CPU_BATCH
+        return CPU_BATCH if group == 1 else CPU_GROUPS
     batch = MEASURED_CUDA.get((dims.n_text_state, dims.n_text_layer), CUDA_UNMEASURED) if group == 1 else CUDA_GROUPS
     free, _ = torch.cuda.mem_get_info(device)
     while batch > 1 and batch * row_bytes(dims, dtype, group) > MEMORY_SHARE * free:
