@@ -102,8 +102,9 @@ def load_model(
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
     the model on the device, within its free memory (on an H200 64 for tiny.en and base greedy,
-    32 with beam search; on a CPU 8 greedy, 4 with beam search); info.options says which. compile=True compiles (or loads cached artifacts of) the
-    encoder and decode step; vad=True drops windows without speech (Silero VAD) before decoding.
+    32 with beam search; on a CPU 8 greedy, 4 with beam search); info.options says which.
+    compile=True compiles (or loads cached artifacts of) the encoder and decode step;
+    vad=True drops windows without speech (Silero VAD) before decoding.
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
     beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures
     (best_of=None: as many samples as beams). Every batch holds max(beam_size, best_of) decoder
