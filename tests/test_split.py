@@ -12,7 +12,8 @@ from wtx.audio import N_SAMPLES, SAMPLE_RATE
 from wtx.decode import get_tokenizer
 from wtx.segments import seek_point, stretches_timestamps
 from wtx.split import FRAME, SEARCH, SMOOTH, frame_energy_db, quietest_cut, silence_windows, speech_start
-from wtx.writers import MAX_CUE, MAX_LINE, MAX_LINES, MIN_CUE, TimedText, Transcript, subtitle_cues
+from wtx.subtitles import MAX_CUE, MAX_LINE, MAX_LINES, MIN_CUE, subtitle_cues
+from wtx.transcript import TimedText, Transcript
 from tests.test_decode import TINY_EN
 
 

@@ -53,3 +53,14 @@ def test_only_the_compiled_runner_and_cache_touch_inductor():
         text = ast.unparse(tree)
         if "torch._inductor" in text or "torch.compile(" in text:
             assert name in ("compiled", "compile_cache"), f"{name} touches Inductor"
+
+
+def test_the_plain_modules_import_no_torch():
+    """The scheduler, segments, word rules, subtitles, transcripts and options are plain Python."""
+    import subprocess
+    import sys
+
+    modules = ["wtx.streams", "wtx.segments", "wtx.words", "wtx.subtitles", "wtx.transcript", "wtx.writers", "wtx.options"]
+    code = f"import sys; import {', '.join(modules)}; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

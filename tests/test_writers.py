@@ -8,9 +8,8 @@ from pathlib import Path
 
 from wtx.inputs import Input
 from wtx.outputs import output_paths
+from wtx.transcript import TimedText, Transcript
 from wtx.writers import (
-    Transcript,
-    TimedText,
     format_timestamp,
     write_json,
     write_outputs,
@@ -147,7 +146,8 @@ def test_word_subtitles_are_whispers(options):
     cues as openai-whisper's subtitle writer does, on the same words (.vtt has the same cues)."""
     from whisper.utils import WriteSRT
 
-    from wtx.writers import SubtitleOptions, render as render_format
+    from wtx.subtitles import SubtitleOptions
+    from wtx.writers import render as render_format
 
     transcript = worded_transcript()
     result = {"segments": [{"start": s.start, "end": s.end, "text": s.text,
@@ -164,7 +164,8 @@ def test_word_subtitles_are_whispers(options):
 def test_word_outputs():
     """With words: the JSON lists each segment's words, the TSV has a row per word, and the
     default cues (two lines of 42 characters) take their times from the words."""
-    from wtx.writers import SubtitleOptions, render as render_format
+    from wtx.subtitles import SubtitleOptions
+    from wtx.writers import render as render_format
 
     transcript = worded_transcript(1)
     words = [w for s in transcript.segments for w in s.words]

@@ -155,7 +155,7 @@ def transcribe(
     if beam_size > 1 and round(beam_size * patience) < 1:
         raise typer.BadParameter(f"{patience} with beam size {beam_size} keeps no hypothesis (round({beam_size} x {patience}) is 0)",
                                  param_hint="--patience")  # fmt: skip
-    from wtx.writers import SubtitleOptions
+    from wtx.subtitles import SubtitleOptions
 
     subtitles = SubtitleOptions(max_line_width, max_line_count, max_words_per_line, highlight_words)
     if subtitles.any and not word_timestamps:

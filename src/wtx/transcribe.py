@@ -30,7 +30,9 @@ from wtx.pipeline import AudioReader
 from wtx.split import make_windows
 from wtx.streams import Recording, WindowDone
 from wtx.segments import Word
-from wtx.writers import SubtitleOptions, TimedText, Transcript, render, write_outputs
+from wtx.subtitles import SubtitleOptions
+from wtx.transcript import TimedText, Transcript
+from wtx.writers import render, write_outputs
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
 EXIT_TERMINATED = 143  # SIGTERM: what timeout, systemd, Kubernetes and Slurm send
