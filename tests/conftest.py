@@ -50,3 +50,19 @@ def make_wav(path: Path, seconds: float, rate: int = 16000, channels: int = 1, f
         w.setframerate(rate)
         w.writeframes(frames)
     return path
+
+
+def tiny_engine_and_stock(batch_size: int, decoding=None):
+    """The parity set-up: tiny.en on the CPU in fp32, fixed windows decoded without prompts or
+    tails, and stock openai-whisper's model from the same checkpoint."""
+    import torch
+
+    from wtx.engine import Engine, EngineOptions
+    from wtx.options import DecodingOptions
+    from wtx.reference import load_stock_model
+    from wtx.weights import load_checkpoint
+
+    torch.set_num_threads(2)
+    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=batch_size, seek_tails=False,
+                            condition_on_previous_text=False, decoding=decoding or DecodingOptions())  # fmt: skip
+    return Engine(options), load_stock_model(load_checkpoint("tiny.en"))

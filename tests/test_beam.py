@@ -6,25 +6,20 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.conftest import shared_file
+from tests.conftest import shared_file, tiny_engine_and_stock
 from tests.test_parity import compare
 from wtx.audio import fixed_windows, stream_samples
 from wtx.beam import best_hypothesis
-from wtx.engine import Engine, EngineOptions
+from wtx.engine import Engine
 from wtx.options import DecodingOptions
-from wtx.reference import load_stock_model, stock_decode
-from wtx.weights import load_checkpoint
+from wtx.reference import stock_decode
 
 BEAM = DecodingOptions(beam_size=5, best_of=5)
 
 
 @pytest.fixture(scope="module")
 def engine_and_stock():
-    torch.set_num_threads(2)
-    checkpoint = load_checkpoint("tiny.en")
-    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=4, seek_tails=False,
-                            condition_on_previous_text=False, decoding=BEAM)  # fmt: skip
-    return Engine(options), load_stock_model(checkpoint)
+    return tiny_engine_and_stock(batch_size=4, decoding=BEAM)
 
 
 def first_windows(relative: str, n: int):

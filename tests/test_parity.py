@@ -4,14 +4,12 @@ import itertools
 from dataclasses import replace
 
 import pytest
-import torch
 
-from tests.conftest import shared_file
+from tests.conftest import shared_file, tiny_engine_and_stock
 from wtx.audio import fixed_windows, stream_samples
-from wtx.engine import Engine, EngineOptions
+from wtx.engine import Engine
 from wtx.metrics import agreement
-from wtx.reference import load_stock_model, stock_decode
-from wtx.weights import load_checkpoint
+from wtx.reference import stock_decode
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +21,7 @@ FILES = {
 
 @pytest.fixture(scope="module")
 def engine_and_stock():
-    torch.set_num_threads(2)
-    checkpoint = load_checkpoint("tiny.en")
-    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=8, seek_tails=False,
-                            condition_on_previous_text=False)  # fmt: skip
-    engine = Engine(options)
-    return engine, load_stock_model(checkpoint)
+    return tiny_engine_and_stock(batch_size=8)
 
 
 def compare(engine, theirs, ours, label):

@@ -7,24 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import shared_file
+from tests.conftest import shared_file, tiny_engine_and_stock
 from wtx.audio import fixed_windows, stream_samples
-from wtx.engine import Engine, EngineOptions
-from wtx.reference import load_stock_model, stock_word_timestamps
+from wtx.reference import stock_word_timestamps
 from wtx.segments import Segment, Word, split_segments
 from wtx.streams import Recording, WindowDone
 from wtx.timing import backtrace, dtw, median_filter
-from wtx.weights import load_checkpoint
 from wtx.words import WordTiming, add_word_timestamps
 
 
 @pytest.fixture(scope="module")
 def engine_and_stock():
-    torch.set_num_threads(2)
-    checkpoint = load_checkpoint("tiny.en")
-    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=4, seek_tails=False,
-                            condition_on_previous_text=False)  # fmt: skip
-    return Engine(options), load_stock_model(checkpoint)
+    return tiny_engine_and_stock(batch_size=4)
 
 
 def stock_words_for(engine, stock, results) -> list[list[dict]]:
