@@ -64,6 +64,11 @@ class BatchDecoder:
         self.steps_per_call = 1
         self.prefill_graph = None  # a CUDA graph of `prefill` with its static tensors (wtx.compiled)
         self.owns_caches = False  # True once compiled functions hold this decoder's cache tensors
+        layers: dict[int, list[int]] = {}
+        for layer, head in model.alignment_heads:
+            layers.setdefault(layer, []).append(head)
+        # layer -> its alignment heads, for word timestamps (align)
+        self.alignment_heads = {layer: torch.tensor(h, device=self.device) for layer, h in layers.items()}
 
     def stack(self, windows: list[Window]) -> torch.Tensor:
         """The windows' samples as one [B, N_SAMPLES] CPU tensor, pinned when the model is on CUDA."""
@@ -245,13 +250,9 @@ class BatchDecoder:
             codes = languages + [languages[0]] * (self.batch_size - len(languages))
             tokens[:, language_at] = torch.tensor([tokenizer.to_language_token(c) for c in codes], device=self.device)
         decoder = self.model.decoder
-        layers: dict[int, list[int]] = {}
-        for layer, head in self.model.alignment_heads:
-            layers.setdefault(layer, []).append(head)
-        heads = {layer: torch.tensor(h, device=self.device) for layer, h in layers.items()}
         weights: list[torch.Tensor] = []
         pad = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
-        hidden = decoder.hidden(tokens, self.slots[:width], pad, heads, weights)
+        hidden = decoder.hidden(tokens, self.slots[:width], pad, self.alignment_heads, weights)
         qk = torch.cat(weights, dim=1)  # [B, alignment heads, T, n_audio_ctx]
         n_sot = len(tokenizer.sot_sequence)
         wanted = [i for i, row in enumerate(rows) if row]

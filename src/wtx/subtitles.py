@@ -33,6 +33,11 @@ class SubtitleOptions:
     def any(self) -> bool:
         return self != SubtitleOptions()
 
+    @property
+    def whisper_layout(self) -> bool:
+        """A line width, line count or words per line was given: openai-whisper's layout."""
+        return (self.max_line_width, self.max_line_count, self.max_words_per_line) != (None, None, None)
+
 
 def _wrap(text: str) -> list[str]:
     return textwrap.wrap(text, width=MAX_LINE, break_long_words=False, break_on_hyphens=False) or [""]
@@ -158,12 +163,12 @@ def word_cues(transcript: Transcript, options: SubtitleOptions) -> list[TimedTex
     of MAX_LINES lines of MAX_LINE characters as fit, evened out), or openai-whisper's
     --max-line-width, --max-line-count and --max-words-per-line; --highlight-words with either."""
     segments = [s for s in timed_cues(transcript) if s.words]
-    if not options.any or options == SubtitleOptions(highlight_words=True):
-        layout = [cue for s in segments for cue in _balanced_cues(s.words)]
-    else:
+    if options.whisper_layout:
         width, count = options.max_line_width or 1000, options.max_line_count
         preserve = options.max_line_count is None or options.max_line_width is None
         layout = _word_lines(segments, width, count, options.max_words_per_line or 1000, preserve)
+    else:
+        layout = [cue for s in segments for cue in _balanced_cues(s.words)]
     cues: list[TimedText] = []
     for cue in layout:
         start, end = cue[0][1].start, cue[-1][1].end
