@@ -125,6 +125,9 @@ def transcribe(
     vad: Annotated[bool, typer.Option("--vad/--no-vad", help="Drop windows that hold no speech (Silero VAD) before decoding, so noise, tones and music do not turn into invented text. --no-vad keeps only the silence rules.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
+    ray: Annotated[Optional[str], typer.Option("--ray", metavar="local|auto|HOST:PORT", help="Run on Ray Data (pip install 'wtx[ray]'): 'local' starts Ray on this machine, 'auto' joins the cluster this machine belongs to, HOST:PORT joins that head. Files are cut into chunks on the cluster's CPUs and decoded by a pool of workers, one per GPU; the outputs equal a single process's on the same kind of device. Inputs must be readable at the same path on every node.", show_default=False)] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="With --ray: decoding workers, each holding one engine (default: one per GPU of the cluster; on CPUs, one).", show_default=False)] = None,
+    cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", min=0.1, help="With --ray: CPUs each task of the CPU stage (decoding and cutting one file's audio) takes.")] = 1.0,
 ) -> None:
     """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
     from wtx.inputs import expand, read_list
@@ -163,6 +166,7 @@ def transcribe(
                                    ("--max-words-per-line", max_words_per_line), ("--highlight-words", highlight_words)] if v)  # fmt: skip
         raise typer.BadParameter("needs --word-timestamps: subtitle lines are laid out by word times", param_hint=flag)
     out = None if output_dir in (None, "-") else Path(output_dir)
+    cluster = _cluster_options(ray, workers, cpus_per_worker, files, compare_eager)
 
     from wtx.transcribe import Job, run_transcribe
 
@@ -173,9 +177,26 @@ def transcribe(
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
         beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,
-        word_timestamps=word_timestamps, subtitles=subtitles,
+        word_timestamps=word_timestamps, subtitles=subtitles, ray=cluster,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
+
+
+def _cluster_options(ray: str | None, workers: int | None, cpus_per_worker: float, files: list[str], compare_eager: bool):
+    """--ray's options, or None; usage errors (exit 2) for what cannot run on a cluster."""
+    if ray is None:
+        if workers is not None or cpus_per_worker != 1.0:
+            raise typer.BadParameter("needs --ray", param_hint="--workers" if workers is not None else "--cpus-per-worker")
+        return None
+    if "-" in files:
+        raise typer.BadParameter("stdin ('-') is read by a single process; give files with --ray", param_hint="--ray")
+    if compare_eager:
+        raise typer.BadParameter("--compare-eager runs in a single process; leave out --ray", param_hint="--ray")
+    if ray not in ("local", "auto") and not (":" in ray and ray.rsplit(":", 1)[1].isdigit()):
+        raise typer.BadParameter(f"{ray!r}: choose local, auto or HOST:PORT", param_hint="--ray")
+    from wtx.cluster import ClusterOptions
+
+    return ClusterOptions(ray, workers, cpus_per_worker)
 
 
 @app.command()

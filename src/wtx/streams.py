@@ -25,6 +25,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from queue import Empty, Queue
 
 from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, Window, pad_window
 from wtx.options import DecodingOptions
@@ -55,6 +56,7 @@ class Recording:
     prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
     language: str | None = None  # None: detected on its first window (multilingual models)
     speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
+    span: int | None = None  # windows per chunk, where the caller cut the chunks (None: from duration)
 
 
 @dataclass(frozen=True)
@@ -119,23 +121,29 @@ class StreamScheduler:
 
     def stream_length(self, duration: float | None) -> int:
         """Windows per chunk: enough to spread a recording of `duration` over every row."""
-        if not self.options.max_prompt:
-            return 1
-        if duration is None:
-            return self.options.stream_windows
-        windows = math.ceil(duration / CHUNK_LENGTH)
-        return max(1, min(self.options.stream_windows, math.ceil(windows / self.options.batch_size)))
+        options = self.options
+        return chunk_span(duration, options.batch_size, options.max_prompt, options.stream_windows)
 
     def run(self, recordings: Iterable[Recording], ordered: bool = True) -> Iterator[WindowDone | RecordingDone]:
         """Decodes every recording's windows; yields each window's result (per recording in window
         order, or with `ordered=False` as soon as it is complete) and then its RecordingDone."""
-        chunks = _Chunks(prefetch(_read(recordings), depth=2 * self.options.batch_size), self)
+        items = prefetch(_read(recordings), depth=2 * self.options.batch_size)
+        return self._loop(_Chunks(lambda block: next(items, None), self), ordered)
+
+    def serve(self, feed: Queue) -> Iterator[WindowDone | RecordingDone]:
+        """Decodes recordings as they arrive on `feed` (their windows in memory; None ends it),
+        as a long-lived worker does (wtx.cluster): rows left free wait for nothing while others
+        decode, and are filled from whatever has arrived by the next batch."""
+        return self._loop(_Chunks(_feed_items(feed), self), ordered=False)
+
+    def _loop(self, chunks: "_Chunks", ordered: bool) -> Iterator[WindowDone | RecordingDone]:
         rows: list[_Stream | None] = [None] * self.options.batch_size
         states: list[_State] = []
         while True:
             for r, stream in enumerate(rows):
                 while stream is None or not stream.queue or stream.state.failed:
-                    stream = chunks.next_stream(states)
+                    busy = any(s is not None and s.queue and not s.state.failed for s in rows)
+                    stream = chunks.next_stream(states, block=not busy)
                     if stream is None:
                         break
                 rows[r] = stream
@@ -234,7 +242,18 @@ class StreamScheduler:
         return Window(w.index, w.offset + seek, w.duration - seek, samples), w.offset + seek
 
 
+def chunk_span(duration: float | None, batch_size: int, max_prompt: int, stream_windows: int) -> int:
+    """Windows per chunk: enough to spread a recording of `duration` over every row."""
+    if not max_prompt:
+        return 1
+    if duration is None:
+        return stream_windows
+    windows = math.ceil(duration / CHUNK_LENGTH)
+    return max(1, min(stream_windows, math.ceil(windows / batch_size)))
+
+
 _END = object()
+_NOT_READY = object()
 
 
 def _read(recordings: Iterable[Recording]) -> Iterator[tuple]:
@@ -249,19 +268,44 @@ def _read(recordings: Iterable[Recording]) -> Iterator[tuple]:
         yield recording, _END
 
 
+def _feed_items(feed: Queue) -> Callable[[bool], object]:
+    """next_item(block) over the recordings put on `feed`: (recording, window) pairs, then
+    (recording, _END); _NOT_READY when nothing has arrived and block is False; None at the end."""
+    current: deque = deque()
+
+    def next_item(block: bool):
+        if not current:
+            try:
+                recording = feed.get(block=block)
+            except Empty:
+                return _NOT_READY
+            if recording is None:
+                return None
+            current.extend((recording, window) for window in recording.windows)
+            current.append((recording, _END))
+        return current.popleft()
+
+    return next_item
+
+
 class _Chunks:
     """Turns the read-ahead windows into row streams, one chunk at a time, in input order."""
 
-    def __init__(self, items: Iterator[tuple], scheduler: StreamScheduler):
-        self.items = items
+    def __init__(self, next_item: Callable[[bool], object], scheduler: StreamScheduler):
+        """next_item(block) -> the next (recording, window or _END or error), None at the end,
+        or _NOT_READY when block is False and nothing has been read yet."""
+        self.next_item = next_item
         self.scheduler = scheduler
         self.pending: tuple | None = None
         self.state: _State | None = None  # the recording being read
         self.exhausted = False
 
-    def _peek(self) -> tuple | None:
+    def _peek(self, block: bool = True) -> tuple | None:
         if self.pending is None and not self.exhausted:
-            self.pending = next(self.items, None)
+            item = self.next_item(block)
+            if item is _NOT_READY:
+                return None
+            self.pending = item
             self.exhausted = self.pending is None
         return self.pending
 
@@ -269,9 +313,10 @@ class _Chunks:
         item, self.pending = self.pending, None
         return item
 
-    def next_stream(self, states: list[_State]) -> _Stream | None:
-        """The stream over the next chunk of any recording; None when every window was read."""
-        while (item := self._peek()) is not None:
+    def next_stream(self, states: list[_State], block: bool = True) -> _Stream | None:
+        """The stream over the next chunk of any recording; None when every window was read
+        (or, unless `block`, when the next has not been read yet)."""
+        while (item := self._peek(block)) is not None:
             recording, payload = item
             if self.state is None or self.state.recording is not recording:
                 self.state = self._open(recording)
@@ -292,7 +337,7 @@ class _Chunks:
             _, first = self._peek()
             if isinstance(first, Window):
                 language = self.scheduler.detect_language(first)
-        return _State(recording, self.scheduler.stream_length(recording.duration), language)
+        return _State(recording, recording.span or self.scheduler.stream_length(recording.duration), language)
 
     def _chunk(self, state: _State) -> _Stream:
         """Reads one chunk's windows (those with the same index // span) into a new stream."""
@@ -301,12 +346,13 @@ class _Chunks:
             if windows and item[1].index // state.span != windows[0].index // state.span:
                 break
             windows.append(self._take()[1])
-        first = windows[0].index
-        # a chunk a resumed run picks up midway continues from the journaled prompt and speech end
-        midway = first % state.span != 0
-        prompt = list(state.recording.prompts.get(first - 1, [])) if midway and self.scheduler.options.max_prompt else []
-        ends = state.recording.speech_ends
-        last_speech = ends[first - 1] if midway and first - 1 in ends else windows[0].offset
+        # a chunk a resumed run picks up midway continues from its last journaled window's prompt
+        # and speech end (windows dropped as silence in between were never in its stream)
+        first, span, recording = windows[0].index, state.span, state.recording
+        done = [i for i in recording.prompts if i < first and i // span == first // span]
+        last = max(done) if done else None
+        prompt = list(recording.prompts[last]) if last is not None and self.scheduler.options.max_prompt else []
+        last_speech = recording.speech_ends.get(last, windows[0].offset) if last is not None else windows[0].offset
         stream = _Stream(state, deque(), prompt, last_speech)
         for window in windows:
             entry = {"result": None, "open": 1, "yielded": False}

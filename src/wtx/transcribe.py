@@ -11,14 +11,15 @@ import signal
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rich.markup import escape
 
 from wtx.audio import STDIN, is_pipe, probe_duration, stream_samples
+from wtx.cluster import ClusterOptions
 from wtx.errors import WtxError
 from wtx.inputs import Input
 from wtx.journal import Entry, Journal, journal_path, source_identity
@@ -73,6 +74,7 @@ class Job:
     length_penalty: float | None = None
     word_timestamps: bool = False
     subtitles: SubtitleOptions = SubtitleOptions()
+    ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
 
 
 def _error(message: str) -> None:
@@ -114,14 +116,15 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _write_stdout(text: str) -> None:
+def _write_stdout(text: str, stream=None) -> None:
+    stream = stream or sys.stdout
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        stream.write(text)
+        stream.flush()
     except BrokenPipeError as e:
         # nothing more can reach the reader; point stdout at /dev/null so exiting flushes quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stream.fileno())
         os.close(devnull)
         raise PipeClosed() from e
 
@@ -138,8 +141,7 @@ def run_transcribe(inputs: list[Input], problems: list[str], job: Job) -> int:
 def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     import torch
 
-    from wtx.options import DecodingOptions
-    from wtx.engine import CompileError, Engine, EngineOptions
+    from wtx.options import DecodingOptions, EngineOptions
 
     for problem in problems:
         _error(problem)
@@ -182,9 +184,45 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         compile=job.compile,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
+    with ExitStack() as stack:
+        if job.ray is None:
+            backend = _local_backend(options, job)
+        else:
+            backend = _ray_backend(options, job, stack)
+        if isinstance(backend, int):
+            return backend
+        return _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend, job)
+
+
+@dataclass
+class _Backend:
+    """Where the windows are decoded: this process's engine, or workers on Ray (wtx.cluster)."""
+
+    device: str  # the device type: cpu or cuda
+    dtype: str
+    batch_size: int
+    compiled: bool
+    vad: bool
+    threads: int | None  # torch's CPU threads, on a CPU
+    events: Callable[[Iterator[Recording]], Iterator]  # recordings -> the scheduler's events
+    detector: object = None  # voice-activity detection as windows are read (on Ray: by the workers)
+    stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
+    engine: object = None
+    stdout: object = None  # where data goes (None: sys.stdout)
+
+
+def _status(line: str) -> None:
+    stderr.print(line, highlight=False, soft_wrap=True)  # one line, however narrow: logs are read by scripts
+
+
+def _local_backend(options, job: Job) -> "_Backend | int":
+    import torch
+
+    from wtx.engine import CompileError, Engine
+
     started = time.perf_counter()
     try:
-        engine = Engine(options, on_status=None if job.quiet else lambda line: stderr.print(line, highlight=False, soft_wrap=True))
+        engine = Engine(options, on_status=None if job.quiet else _status)
     except (WtxError, ValueError, CompileError) as e:
         _error(str(e))
         return 1
@@ -195,11 +233,9 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
-        stderr.print(
-            f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
-            f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; ready in {time.perf_counter() - started:.1f} s",
-            highlight=False, soft_wrap=True,  # one line, however narrow the terminal: logs are read by scripts
-        )
+        _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
+                f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
+                f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
     detector = None
     if job.vad:
         from wtx.vad import INSTALL, load_detector
@@ -217,13 +253,70 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         from wtx.weights import load_checkpoint
 
         stock = load_stock_model(load_checkpoint(job.model), engine.device)
+    model = Model(engine, detector)
+    return _Backend(
+        engine.device.type, str(engine.dtype), batch_size, bool(report and report.source != "eager"),
+        detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
+        lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
+        detector, stock, engine,
+    )  # fmt: skip
+
+
+def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
+    import torch
+
+    from wtx import cluster
+
+    started = time.perf_counter()
+    threads = job.threads or torch.get_num_threads()  # this machine's choice, as a single process makes it
+    out, err, log = stack.enter_context(cluster.quiet_output())
+    previous, stderr.file = stderr.file, err
+    stack.callback(setattr, stderr, "file", previous)
+    try:
+        ray = cluster.connect(job.ray, job.ray.workers or 1)
+        stack.callback(ray.shutdown)
+        device = cluster.cluster_device(ray, job.device)
+        options = replace(options, device=device)
+        resolved = cluster.probe(ray, options)
+    except WtxError as e:
+        _error(str(e))
+        return 1
+    except Exception as e:  # Ray's own errors: what it said, and where its log is
+        _error(f"--ray: {type(e).__name__}: {e} (Ray's log: {display(log)})")
+        return 1
+    if resolved.multilingual and job.language is None:
+        _error(f"--ray: {job.model} is multilingual; give --language (language detection runs in a single process only)")
+        return 2
+    workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
+    options = replace(options, batch_size=resolved.batch_size)
+    threads = threads if resolved.device == "cpu" else None
+    settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
+                                os.environ.get(cluster.CRASH_ENV))  # fmt: skip
+    if job.vad and not resolved.vad:
+        from wtx.vad import INSTALL
+
+        _warn(f"silero-vad is not installed on the workers, so only silence is skipped: {INSTALL}")
+    if not job.quiet:
+        _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}), "
+                f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
+                f"{', compiled by the first worker of each node' if job.compile else ', eager'}; "
+                f"cluster ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
+
+    def events(recordings):
+        return cluster.run(ray, recordings, settings, resolved, job.ray, workers)
+
+    return _Backend(resolved.device, resolved.dtype, resolved.batch_size, job.compile, settings.vad, threads,
+                    events, stdout=out)  # fmt: skip
+
+
+def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job) -> int:
     # everything that changes a window's text: a journal written under other options is not resumed
-    config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": batch_size,
-              "task": job.task, "language": job.language, "dtype": str(engine.dtype), "device": engine.device.type,
-              "compiled": bool(report and report.source != "eager"), "vad": detector is not None,
-              "threads": torch.get_num_threads() if engine.device.type == "cpu" else None,
+    config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": backend.batch_size,
+              "task": job.task, "language": job.language, "dtype": backend.dtype, "device": backend.device,
+              "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps}  # fmt: skip
+    stock, engine = backend.stock, backend.engine
 
     total = sum(known) if len(known) == len(inputs) else None
     work_started = time.perf_counter()
@@ -241,9 +334,9 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
                 eager_seconds += seconds
                 baselines[item.path] = audio / seconds if seconds > 0 else None
             work_started = time.perf_counter()  # the summary times wtx alone
-        run = _Run(job, plan, durations, config, detector, progress, baselines)
+        run = _Run(job, plan, durations, config, progress, baselines, backend)
         try:
-            for event in Model(engine, detector).run(run.recordings(inputs), ordered=False, word_timestamps=job.word_timestamps):
+            for event in backend.events(run.recordings(inputs)):
                 if isinstance(event, WindowDone):
                     run.window_done(event.key, event.result)
                 else:
@@ -321,10 +414,11 @@ class _Run:
     """What the CLI does with the scheduler's events: journal each window, show progress, write
     each input's outputs as soon as it is complete (stdout: in input order), report failures."""
 
-    def __init__(self, job: Job, plan, durations: dict, config: dict, detector, progress: TranscribeProgress,
-                 baselines: dict[str, float | None]):  # fmt: skip
+    def __init__(self, job: Job, plan, durations: dict, config: dict, progress: TranscribeProgress,
+                 baselines: dict[str, float | None], backend: "_Backend"):  # fmt: skip
         self.job, self.plan, self.durations, self.config = job, plan, durations, config
-        self.detector, self.progress, self.baselines = detector, progress, baselines
+        self.progress, self.baselines = progress, baselines
+        self.detector, self.stdout = backend.detector, backend.stdout  # detector: None where workers run it
         self.inputs: dict[str, _Input] = {}
         self.order: list[str] = []
         self.finished: dict[str, object] = {}  # stdout: transcripts waiting for earlier inputs
@@ -422,7 +516,7 @@ class _Run:
         while self.order and self.order[0] in self.finished:
             transcript = self.finished.pop(self.order.pop(0))
             if transcript is not None:
-                _write_stdout(("\n" if self.written else "") + render(transcript, self.job.formats[0], self.job.subtitles))
+                _write_stdout(("\n" if self.written else "") + render(transcript, self.job.formats[0], self.job.subtitles), self.stdout)
                 self.written += 1
 
     def close_journals(self) -> list[tuple[str, int]]:

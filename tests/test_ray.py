@@ -1,0 +1,143 @@
+"""`wtx transcribe --ray local`: the same bytes as a single process, through a worker's death and
+a driver's (tiny.en on the CPU, local Ray with two workers)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SAMPLE, run_wtx
+from tests.test_scheduler import ffmpeg, outputs
+
+FORMATS = ("txt", "srt", "json")
+
+
+@pytest.fixture(scope="module")
+def ray_installed():
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'wtx[ray]')")
+OPTIONS = ("-f", ",".join(FORMATS), "-b", "2", "--beam-size", "1", "--threads", "1")
+RAY = ("--ray", "local", "--workers", "2")
+# every window its own chunk, so a file's windows come back over several calls and its journal
+# lives long enough to be interrupted
+UNPROMPTED = (*OPTIONS, "--no-condition")
+
+
+@pytest.fixture(scope="module")
+def five_files(ray_installed, tmp_path_factory) -> list[Path]:
+    """Five inputs of different lengths and formats, cut from the bundled sample (62 s)."""
+    d = tmp_path_factory.mktemp("five")
+    files = []
+    for name, start, seconds in [("a.mp3", 0, 3), ("b.wav", 5, 12), ("c.mp3", 20, 35), ("d.flac", 0, 62)]:
+        path = d / name
+        ffmpeg("-ss", str(start), "-t", str(seconds), "-i", str(SAMPLE), str(path))
+        files.append(path)
+    looped = d / "e.mp3"  # two minutes: several chunks of two windows at batch 2
+    ffmpeg("-stream_loop", "1", "-i", str(SAMPLE), "-c:a", "libmp3lame", "-b:a", "32k", str(looped))
+    return files + [looped]
+
+
+def transcribe(files, out: Path, *extra: str, env: dict | None = None, options=OPTIONS) -> subprocess.CompletedProcess:
+    result = run_wtx("transcribe", *map(str, files), "-o", str(out), *options, *extra, env=env)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def single(five_files, tmp_path_factory) -> dict[str, bytes]:
+    out = tmp_path_factory.mktemp("single")
+    transcribe(five_files, out)
+    written = outputs(out)
+    assert len(written) == len(five_files) * len(FORMATS)
+    return written
+
+
+@pytest.fixture(scope="module")
+def single_unprompted(five_files, tmp_path_factory) -> dict[str, bytes]:
+    out = tmp_path_factory.mktemp("single-unprompted")
+    transcribe(five_files, out, options=UNPROMPTED)
+    return outputs(out)
+
+
+def _windows_journaled(journal: Path) -> int:
+    try:
+        return len(journal.read_bytes().splitlines()) - 1  # after the header
+    except FileNotFoundError:  # its input was finished in the meantime
+        return 0
+
+
+def interrupted(five_files, out: Path, sig: int) -> subprocess.Popen:
+    """A --ray run stopped by `sig` once a journal holds a finished window."""
+    command = [sys.executable, "-m", "wtx", "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if any(_windows_journaled(j) for j in out.glob(".*.wtx-journal")):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "finished before it could be stopped"
+    proc.send_signal(sig)
+    proc.communicate(timeout=120)
+    assert list(out.glob(".*.wtx-journal")), "no journal was left to resume from"
+    assert len(outputs(out)) < len(five_files) * len(FORMATS)
+    return proc
+
+
+@pytest.mark.slow
+def test_two_workers_write_the_bytes_of_one_process(five_files, single, tmp_path):
+    result = transcribe(five_files, tmp_path, *RAY)
+    assert outputs(tmp_path) == single
+    assert result.stdout == b""  # Ray's messages went to its log, not to wtx's stdout
+    err = result.stderr.decode()
+    assert "Ray worker(s)" in err and "transcribed 5/5 inputs" in err
+    assert "(raylet)" not in err and "INFO" not in err
+
+
+@pytest.mark.slow
+def test_stdout_stays_the_data_alone(five_files, tmp_path):
+    alone = run_wtx("transcribe", str(five_files[1]), "-o", "-", *OPTIONS[2:])
+    on_ray = run_wtx("transcribe", str(five_files[1]), "-o", "-", *OPTIONS[2:], *RAY)
+    assert alone.returncode == on_ray.returncode == 0, on_ray.stderr.decode()[-3000:]
+    assert on_ray.stdout == alone.stdout and alone.stdout.strip()
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_midway_loses_nothing(five_files, single, tmp_path):
+    marker = tmp_path / "crash-once"
+    marker.touch()
+    out = tmp_path / "out"
+    transcribe(five_files, out, *RAY, env={"WTX_RAY_CRASH_ONCE": f"{marker}:2"})
+    assert not marker.exists(), "no worker reached its second call: nothing was killed"
+    assert outputs(out) == single
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_from_its_journals(five_files, single_unprompted, tmp_path):
+    interrupted(five_files, tmp_path, signal.SIGKILL)
+    resumed = transcribe(five_files, tmp_path, *RAY, options=UNPROMPTED)
+    assert "resuming" in resumed.stderr.decode()
+    assert outputs(tmp_path) == single_unprompted
+
+
+@pytest.mark.slow
+def test_a_ray_run_resumes_without_ray(five_files, single_unprompted, tmp_path):
+    """Journals written on Ray are finished by a single process, to the same bytes."""
+    assert interrupted(five_files, tmp_path, signal.SIGINT).returncode == 130
+    resumed = transcribe(five_files, tmp_path, options=UNPROMPTED)
+    assert "resuming" in resumed.stderr.decode()
+    assert outputs(tmp_path) == single_unprompted
+
+
+@pytest.mark.parametrize("args, hint", [
+    (("--workers", "2"), "--ray"),
+    (("--ray", "local", "-"), "stdin"),
+    (("--ray", "nowhere"), "HOST:PORT"),
+    (("--ray", "local", "--compare-eager"), "single process"),
+])  # fmt: skip
+def test_ray_usage_errors(args, hint):
+    result = run_wtx("transcribe", str(SAMPLE), *args)
+    assert result.returncode == 2
+    assert hint in result.stderr.decode()
