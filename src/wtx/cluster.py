@@ -53,7 +53,7 @@ class Settings:
     """Everything a worker needs to build the same engine as a single process would."""
 
     engine: EngineOptions  # device and batch size resolved
-    threads: int | None  # torch's CPU threads (Ray sets OMP_NUM_THREADS to a worker's CPUs)
+    threads: int  # torch's CPU threads, as the driver's (Ray sets OMP_NUM_THREADS to a worker's CPUs)
     vad: bool
     word_timestamps: bool
     crash: str | None = None
@@ -159,8 +159,7 @@ class ChunkDecoder:
         from wtx.engine import Engine
         from wtx.vad import load_detector
 
-        if settings.threads:
-            torch.set_num_threads(settings.threads)
+        torch.set_num_threads(settings.threads)
         with _compile_lock(settings.engine.compile):
             engine = Engine(settings.engine)
         self.detector = load_detector(engine.device) if settings.vad else None

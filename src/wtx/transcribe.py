@@ -289,9 +289,11 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         return 2
     workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
     options = replace(options, batch_size=resolved.batch_size)
-    threads = threads if resolved.device == "cpu" else None
+    # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
+    # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
                                 os.environ.get(cluster.CRASH_ENV))  # fmt: skip
+    threads = threads if resolved.device == "cpu" else None
     if job.vad and not resolved.vad:
         from wtx.vad import INSTALL
 
