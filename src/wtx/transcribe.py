@@ -11,7 +11,7 @@ import signal
 import sys
 import tempfile
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -269,6 +269,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
     started = time.perf_counter()
     threads = job.threads or torch.get_num_threads()  # this machine's choice, as a single process makes it
+    _open_files_for_every_journal()
     out, err, log = stack.enter_context(cluster.quiet_output())
     previous, stderr.file = stderr.file, err
     stack.callback(setattr, stderr, "file", previous)
@@ -309,6 +310,18 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, job.compile, settings.vad, threads,
                     events, stdout=out)  # fmt: skip
+
+
+def _open_files_for_every_journal() -> None:
+    """On Ray every input's journal is open from the start: the soft limit on open files goes up
+    to the hard one (a folder of thousands of clips)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job) -> int:
@@ -528,7 +541,7 @@ class _Run:
             if state.journal:
                 if state.journal.entries:
                     saved.append((_name(key), len(state.journal.entries)))
-                state.journal.close()
+                state.journal.close(remove=not state.journal.entries)  # nothing to resume: no trace
                 state.journal = None
         return saved
 
