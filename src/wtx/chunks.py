@@ -9,6 +9,7 @@ its `Chunk`s and then a `FileEnd`; a worker decodes each chunk into a `ChunkDone
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 
 from wtx.audio import Window
 from wtx.errors import WtxError
@@ -53,11 +54,13 @@ class ChunkDone:
 
 
 def _chunk(plan: FilePlan, number: int, windows: list[Window], skipped: dict[int, float]) -> Chunk:
-    before = {i for i in plan.prompts if i // plan.span == number and i < windows[0].index}
-    prompts = {i: plan.prompts[i] for i in before}
-    ends = {i: plan.speech_ends[i] for i in before if i in plan.speech_ends}
-    mine = {w.index: skipped.get(w.index, 0.0) for w in windows}
-    return Chunk(replace(plan, prompts=prompts, speech_ends=ends, skip=frozenset()), number, windows, mine)
+    """A chunk with the journal's prompts and speech ends of its own windows only (the worker's
+    scheduler picks the one it continues from)."""
+    mine = {i for i in plan.prompts if i // plan.span == number}
+    prompts = {i: plan.prompts[i] for i in mine}
+    ends = {i: plan.speech_ends[i] for i in mine if i in plan.speech_ends}
+    skipped_before = {w.index: skipped.get(w.index, 0.0) for w in windows}
+    return Chunk(replace(plan, prompts=prompts, speech_ends=ends, skip=frozenset()), number, windows, skipped_before)
 
 
 def cut_file(plan: FilePlan) -> Iterator[Chunk | FileEnd]:
@@ -66,18 +69,10 @@ def cut_file(plan: FilePlan) -> Iterator[Chunk | FileEnd]:
     would run it on. A file that cannot be decoded ends with its error, never raises."""
     reader = AudioReader(plan.key, plan.split, detector=None, skip=plan.skip)
     numbers: set[int] = set()
-    windows: list[Window] = []
     try:
-        for window in reader:
-            number = window.index // plan.span
-            if windows and number != windows[0].index // plan.span:
-                numbers.add(windows[0].index // plan.span)
-                yield _chunk(plan, windows[0].index // plan.span, windows, reader.skipped_before)
-                windows = []
-            windows.append(window)
-        if windows:
-            numbers.add(windows[0].index // plan.span)
-            yield _chunk(plan, windows[0].index // plan.span, windows, reader.skipped_before)
+        for number, windows in groupby(reader, key=lambda w: w.index // plan.span):
+            numbers.add(number)
+            yield _chunk(plan, number, list(windows), reader.skipped_before)
     except (WtxError, OSError) as e:
         yield FileEnd(plan.key, frozenset(numbers), reader.seconds, tuple(reader.warnings), e)
         return
