@@ -2,6 +2,7 @@
 a driver's (tiny.en on the CPU, local Ray with two workers)."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,21 +70,27 @@ def _windows_journaled(journal: Path) -> int:
         return 0
 
 
-def interrupted(five_files, out: Path, sig: int) -> subprocess.Popen:
-    """A --ray run stopped by `sig` once a journal holds a finished window."""
+def interrupted(five_files, out: Path, sig: int, attempts: int = 3) -> subprocess.Popen:
+    """A --ray run stopped by `sig` once a journal holds a finished window, and a journal left to
+    resume from. The signal can land just as the journaled inputs finish (each then removes its
+    journal), leaving nothing to resume: that attempt starts over, up to `attempts` times."""
     command = [sys.executable, "-m", "wtx", "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
-    deadline = time.time() + 600
-    while time.time() < deadline and proc.poll() is None:
-        if any(_windows_journaled(j) for j in out.glob(".*.wtx-journal")):
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "finished before it could be stopped"
-    proc.send_signal(sig)
-    proc.communicate(timeout=120)
-    assert list(out.glob(".*.wtx-journal")), "no journal was left to resume from"
-    assert len(outputs(out)) < len(five_files) * len(FORMATS)
-    return proc
+    for _ in range(attempts):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None:
+            if any(_windows_journaled(j) for j in out.glob(".*.wtx-journal")):
+                break
+            time.sleep(0.01)
+        assert proc.poll() is None, "finished before it could be stopped"
+        proc.send_signal(sig)
+        proc.communicate(timeout=120)
+        if list(out.glob(".*.wtx-journal")):
+            assert len(outputs(out)) < len(five_files) * len(FORMATS)
+            return proc
+    raise AssertionError(f"no journal was left to resume from in {attempts} attempts")
 
 
 @pytest.mark.slow
