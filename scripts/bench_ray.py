@@ -5,10 +5,12 @@
 Runs the same command once untimed (it compiles, with --compile, and fills the cache), then
 alternately in one process and with `--ray local --workers N`, each in a fresh process, timed
 from start to exit (every output written). Every run's outputs must equal the first's, byte for
-byte. Prints the medians and the ratio of throughputs; the JSON keeps every run.
+byte. Prints the medians and the ratio of throughputs; the JSON keeps every run, with the lines
+the Ray workers logged (engine start, and per call how full the batch rows were kept).
 """
 
 import argparse
+import glob
 import json
 import platform
 import re
@@ -23,8 +25,23 @@ from pathlib import Path
 SUMMARY = re.compile(r"transcribed \d+/\d+ inputs.*?in ([\d.]+) s")
 
 
+RAY_LOGS = "/tmp/ray/session_latest/logs/worker-*.err"  # the session a local Ray run just ended
+
+
 def outputs(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
+
+
+def differing(got: dict[str, bytes], reference: dict[str, bytes]) -> list[str]:
+    return sorted(name for name in got.keys() | reference.keys() if got.get(name) != reference.get(name))
+
+
+def worker_lines() -> list[str]:
+    lines = []
+    for path in sorted(glob.glob(RAY_LOGS)):
+        with open(path, errors="replace") as f:
+            lines += [line.strip() for line in f if "wtx worker:" in line]
+    return lines
 
 
 def run(files: list[str], extra: list[str], out: Path) -> dict:
@@ -59,7 +76,10 @@ def main() -> None:
     for _ in range(args.repeat):
         for mode, more in (("single", []), ("ray", ray_args)):
             result = run(args.files, extra + more, root / mode)
-            result["identical"] = outputs(root / mode) == reference
+            result["differs"] = differing(outputs(root / mode), reference)
+            result["identical"] = not result["differs"]
+            if mode == "ray":
+                result["workers_log"] = worker_lines()
             modes[mode].append(result)
             print(f"{mode:6s} wall {result['wall_s']:.1f} s, identical: {result['identical']}", file=sys.stderr, flush=True)
     from wtx.audio import probe_duration

@@ -61,7 +61,7 @@ def test_the_plain_modules_import_no_torch():
     import sys
 
     modules = ["wtx.streams", "wtx.segments", "wtx.words", "wtx.subtitles", "wtx.transcript", "wtx.writers", "wtx.options",
-               "wtx.chunks", "wtx.cluster"]  # fmt: skip
+               "wtx.chunks", "wtx.cluster", "wtx.bytecode"]  # fmt: skip
     code = f"import sys; import {', '.join(modules)}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

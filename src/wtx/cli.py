@@ -130,7 +130,10 @@ def transcribe(
     cpus_per_worker: Annotated[float, typer.Option("--cpus-per-worker", min=0.1, help="With --ray: CPUs each task of the CPU stage (decoding and cutting one file's audio) takes.")] = 1.0,
 ) -> None:
     """Transcribe recordings into .txt/.srt/.vtt/.json/.tsv files, or to stdout."""
+    from wtx.bytecode import keep_bytecode
     from wtx.inputs import expand, read_list
+
+    keep_bytecode()
 
     files = list(files or [])
     _check_inputs(files)
@@ -218,6 +221,9 @@ def bench(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table on stderr.")] = False,
 ) -> None:
     """Time stock eager Whisper and the wtx engine on the same windows; report speedup and agreement."""
+    from wtx.bytecode import keep_bytecode
+
+    keep_bytecode()
     files = files or []
     if files:
         from wtx.inputs import expand

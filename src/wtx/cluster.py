@@ -22,8 +22,10 @@ import itertools
 import logging
 import os
 import pickle
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from queue import Queue
@@ -37,7 +39,7 @@ from wtx.streams import Recording, RecordingDone, WindowDone, chunk_span
 REQUIREMENT = "ray[data]>=2.60,<2.61"
 INSTALL = "pip install 'wtx[ray]'"
 TESTED = ((2, 60),)  # (major, minor) releases the tests ran on
-CALLS_IN_FLIGHT = 2  # per worker: while one call's last chunks finish, the next call's fill the rows
+CALLS_IN_FLIGHT = 4  # per worker, all served at once: while one call's last chunks finish, the others' fill the rows
 CRASH_ENV = "WTX_RAY_CRASH_ONCE"  # tests only: "PATH:N" - a worker exits on its Nth call if PATH exists, once
 
 
@@ -118,6 +120,11 @@ def _probe(engine: EngineOptions) -> Resolved:
     return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None)
 
 
+def resolve_here(engine: EngineOptions) -> Resolved:
+    """The automatic options as this machine resolves them: with `--ray local` it is the cluster."""
+    return _probe(engine)
+
+
 def probe(ray, engine: EngineOptions) -> Resolved:
     """Resolves the automatic options on a worker's kind of device (its free memory, its model)."""
     gpus = 1 if engine.device.startswith("cuda") else 0
@@ -154,11 +161,15 @@ class ChunkDecoder:
     """A Ray Data worker: one engine, and one scheduler serving every call's chunks."""
 
     def __init__(self, settings: Settings):
+        from wtx.bytecode import keep_bytecode
+
+        keep_bytecode()
         import torch
 
         from wtx.engine import Engine
         from wtx.vad import load_detector
 
+        started = time.perf_counter()
         torch.set_num_threads(settings.threads)
         with _compile_lock(settings.engine.compile):
             engine = Engine(settings.engine)
@@ -170,8 +181,12 @@ class ChunkDecoder:
         self.lock = threading.Lock()  # the call counter and the detector
         self.count = 0
         self.error: BaseException | None = None
-        scheduler = engine.scheduler(settings.word_timestamps)
+        self.scheduler = scheduler = engine.scheduler(settings.word_timestamps)
         threading.Thread(target=self._serve, args=(scheduler,), name="wtx-serve", daemon=True).start()
+        report = engine.compile_report
+        self.ready = time.perf_counter()
+        _log(f"engine ready in {time.perf_counter() - started:.1f} s"
+             f"{f' ({report.source} in {report.seconds:.1f} s)' if report else ''}")  # fmt: skip
 
     def _serve(self, scheduler) -> None:
         try:
@@ -208,6 +223,7 @@ class ChunkDecoder:
         return [[w for w in c.windows if id(w) in keep] for c in chunks]
 
     def __call__(self, batch: dict) -> dict:
+        started = time.perf_counter()
         with self.lock:
             self.count += 1
             call_id = next(self.ids)
@@ -226,12 +242,23 @@ class ChunkDecoder:
         out = [ChunkDone(c.plan.key, c.number, sorted(call.results.get((c.plan.key, c.number), []), key=lambda r: r.window.index),
                          c.skipped_before) for c in chunks]  # fmt: skip
         out += [item for item in items if isinstance(item, FileEnd)]
+        scheduler = self.scheduler
+        _log(f"call {call_id}: {len(chunks)} chunks, {len(self.calls)} calls open, from {started - self.ready:.2f} s in "
+             f"{time.perf_counter() - started:.2f} s; so far {scheduler.batches} batches, "
+             f"{scheduler.rows_used / max(1, scheduler.batches * scheduler.options.batch_size):.1%} of rows used")
         return {"payload": [pickle.dumps(item) for item in out]}
 
 
+def _log(line: str) -> None:
+    """A worker's own log line (Ray keeps it in the worker's log, never on the driver's terminal)."""
+    print(f"wtx worker: {line}", file=sys.stderr, flush=True)
+
+
 def _cut_rows(row: dict) -> Iterator[dict]:
+    started = time.time()
     for item in cut_file(pickle.loads(row["payload"])):
         yield {"payload": pickle.dumps(item)}
+    _log(f"cut {os.path.basename(item.key)} in {time.time() - started:.2f} s, ending at {time.time():.2f}")
 
 
 def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Resolved,
@@ -256,12 +283,15 @@ def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Reso
     if not plans:
         return
     gpus = 1 if resolved.device == "cuda" else 0
+    # calls run side by side in each worker (Ray Data runs one at a time unless told), all
+    # feeding its one scheduler
+    pool = ray.data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=CALLS_IN_FLIGHT,
+                                      max_concurrent_calls_per_actor=CALLS_IN_FLIGHT, enable_true_multi_threading=True)
     dataset = (
         ray.data.from_items([{"payload": pickle.dumps(p)} for p in plans], override_num_blocks=len(plans))
         .flat_map(_cut_rows, num_cpus=options.cpus_per_worker)
         .map_batches(ChunkDecoder, fn_constructor_kwargs={"settings": settings}, batch_size=engine.batch_size,
-                     compute=ray.data.ActorPoolStrategy(size=workers), num_gpus=gpus, num_cpus=0 if gpus else 1,
-                     batch_format="numpy", max_concurrency=CALLS_IN_FLIGHT)
+                     compute=pool, num_gpus=gpus, num_cpus=0 if gpus else 1, batch_format="numpy")
     )  # fmt: skip
     got: dict[str, set[int]] = {key: set() for key in readers}
     ends: dict[str, FileEnd] = {}

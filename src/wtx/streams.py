@@ -118,6 +118,8 @@ class StreamScheduler:
         self.options = options
         self.detect_language = detect_language
         self.align = align
+        self.batches = 0  # batches decoded, and the rows they used: how full the rows were kept
+        self.rows_used = 0
 
     def stream_length(self, duration: float | None) -> int:
         """Windows per chunk: enough to spread a recording of `duration` over every row."""
@@ -150,6 +152,8 @@ class StreamScheduler:
             active = [s for s in rows if s is not None and s.queue]
             if active:
                 batch = [s.queue.popleft() for s in active]
+                self.batches += 1
+                self.rows_used += len(batch)
                 results = self.decode(
                     [item.window for item in batch], [s.state.language for s in active],
                     [s.prompt if item.prompted else [] for s, item in zip(active, batch)],

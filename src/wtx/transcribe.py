@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -274,11 +275,19 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     previous, stderr.file = stderr.file, err
     stack.callback(setattr, stderr, "file", previous)
     try:
-        ray = cluster.connect(job.ray, job.ray.workers or 1)
-        stack.callback(ray.shutdown)
-        device = cluster.cluster_device(ray, job.device)
+        if job.ray.address == "local":  # this machine is the cluster: resolve here while Ray starts
+            with ThreadPoolExecutor(1) as pool:
+                resolving = pool.submit(cluster.resolve_here, options)
+                ray = cluster.connect(job.ray, job.ray.workers or 1)
+                stack.callback(ray.shutdown)
+                resolved = resolving.result()
+            device = resolved.device
+        else:
+            ray = cluster.connect(job.ray, job.ray.workers or 1)
+            stack.callback(ray.shutdown)
+            device = cluster.cluster_device(ray, job.device)
+            resolved = cluster.probe(ray, replace(options, device=device))
         options = replace(options, device=device)
-        resolved = cluster.probe(ray, options)
     except WtxError as e:
         _error(str(e))
         return 1
