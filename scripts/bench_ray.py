@@ -11,6 +11,7 @@ the Ray workers logged (engine start, and per call how full the batch rows were 
 
 import argparse
 import glob
+import hashlib
 import json
 import platform
 import re
@@ -71,12 +72,15 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="wtx-bench-ray-"))
     warm = run(args.files, extra, root / "warm")
     reference = outputs(root / "warm")
+    warm["sha256"] = {name: hashlib.sha256(data).hexdigest()[:16] for name, data in reference.items()}
     modes = {"single": [], "ray": []}
     ray_args = ["--ray", "local", "--workers", str(args.workers)]
     for _ in range(args.repeat):
         for mode, more in (("single", []), ("ray", ray_args)):
             result = run(args.files, extra + more, root / mode)
-            result["differs"] = differing(outputs(root / mode), reference)
+            written = outputs(root / mode)
+            result["sha256"] = {name: hashlib.sha256(data).hexdigest()[:16] for name, data in written.items()}
+            result["differs"] = differing(written, reference)
             result["identical"] = not result["differs"]
             if mode == "ray":
                 result["workers_log"] = worker_lines()

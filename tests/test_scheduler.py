@@ -107,6 +107,24 @@ def test_a_file_whose_audio_fails_midway_fails_alone(tokenizer):
     assert [i for i, _ in texts["a"]] == [0, 1, 2] and [i for i, _ in texts["c"]] == [0, 1]
 
 
+def test_a_served_recording_without_windows_is_done_without_waiting_for_more(tokenizer):
+    """A worker's chunk whose windows were all dropped as silence: its RecordingDone comes while
+    the feed stays open (the call waiting on it is the last one), and a later chunk still runs."""
+    import queue
+    import threading
+
+    feed: queue.Queue = queue.Queue()
+    scheduler = StreamScheduler(Decoder(tokenizer), tokenizer, StreamOptions(batch_size=2))
+    events: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [events.put(e) for e in scheduler.serve(feed)], daemon=True).start()
+    feed.put(Recording("silent", [], 30.0, span=1))
+    assert events.get(timeout=10) == RecordingDone("silent")
+    feed.put(Recording("speech", windows(1), 30.0, span=1))
+    got = [events.get(timeout=10), events.get(timeout=10)]
+    assert isinstance(got[0], WindowDone) and got[1] == RecordingDone("speech")
+    feed.put(None)
+
+
 # end to end ------------------------------------------------------------------------------------
 
 

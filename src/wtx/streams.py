@@ -145,7 +145,7 @@ class StreamScheduler:
             for r, stream in enumerate(rows):
                 while stream is None or not stream.queue or stream.state.failed:
                     busy = any(s is not None and s.queue and not s.state.failed for s in rows)
-                    stream = chunks.next_stream(states, block=not busy)
+                    stream = chunks.next_stream(states, block=not busy and not any(map(_finished, states)))
                     if stream is None:
                         break
                 rows[r] = stream
@@ -331,6 +331,9 @@ class _Chunks:
                 if isinstance(payload, Exception):
                     self.state.failed = True
                     self.state.error = payload
+                # a recording with nothing left to decode is due its RecordingDone: report it
+                # before waiting for the next to arrive (a worker's call may be waiting on it)
+                block = block and not _finished(self.state)
                 continue
             return self._chunk(self.state)
         return None
