@@ -9,7 +9,7 @@
     atomically, shows progress
 
 Chunks travel, never files (wtx.chunks): a 20-hour file spreads over every worker. A worker
-keeps its batch rows full from any call in flight (two at a time), so rows of one batch hold
+keeps its batch rows full from any call in flight (four at a time), so rows of one batch hold
 chunks of several files, as in a single process; a chunk's text does not depend on what it ran
 beside, so the outputs are byte-identical to a single-process run with the same options on the
 same kind of device. A retried call (a worker died) may deliver a chunk twice: the driver keeps
@@ -63,7 +63,8 @@ class Settings:
 
 @dataclass(frozen=True)
 class Resolved:
-    """What a worker's device makes of the options (probed there before the job starts)."""
+    """What a worker's device makes of the options (resolved before the job starts: on a worker,
+    or with `--ray local` in the driver, whose machine is the cluster)."""
 
     device: str
     dtype: str
