@@ -121,6 +121,19 @@ def test_a_worker_that_dies_midway_loses_nothing(five_files, single, tmp_path):
     assert outputs(out) == single
 
 
+def test_a_job_that_fails_on_the_cluster_says_why_in_one_line(five_files, tmp_path):
+    """A worker's call that raises (here the crash hook given a count that is no number) ends
+    the job with exit 1 and one line naming the cause and Ray's log; nothing half written."""
+    out = tmp_path / "out"
+    env = {"WTX_RAY_CRASH_ONCE": f"{tmp_path / 'marker'}:second"}
+    result = run_wtx("transcribe", *map(str, five_files[:2]), "-o", str(out), *OPTIONS, *RAY, env=env)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err[-2000:]
+    assert "--ray: the job failed on the cluster: ValueError: invalid literal for int()" in err
+    assert "Ray's log: " in err and "Traceback" not in err
+    assert not out.exists() or not outputs(out)
+
+
 @pytest.mark.slow
 def test_a_killed_driver_resumes_from_its_journals(five_files, single_unprompted, tmp_path):
     interrupted(five_files, tmp_path, signal.SIGKILL)

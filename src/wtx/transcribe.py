@@ -315,10 +315,29 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
                 f"cluster ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
     def events(recordings):
-        return cluster.run(ray, recordings, settings, resolved, job.ray, workers)
+        try:
+            yield from cluster.run(ray, recordings, settings, resolved, job.ray, workers)
+        except WtxError:
+            raise
+        except Exception as e:  # the job failed on the cluster: its first cause, and where Ray's log is
+            raise WtxError(f"--ray: the job failed on the cluster: {_first_cause(e)} (Ray's log: {display(log)})") from e
 
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, job.compile, settings.vad, threads,
                     events, stdout=out)  # fmt: skip
+
+
+def _first_cause(error: BaseException) -> str:
+    """What failed first, on one line: Ray's task errors carry the worker's traceback as text,
+    whose first exception line (not one of Ray's own) names the cause."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    for line in text.splitlines():
+        match = re.match(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.*)", line.strip())
+        if match and not match.group(1).startswith("ray."):
+            return f"{match.group(1)}: {match.group(2)}"
+    said = text.strip().splitlines()
+    return f"{type(error).__name__}{': ' + said[0] if said else ''}"
 
 
 def _open_files_for_every_journal() -> None:
@@ -369,6 +388,12 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
             progress.progress.stop()
             run.close_journals()
             return 0
+        except WtxError as e:  # the backend failed as a whole (on Ray: the cluster)
+            progress.progress.stop()
+            saved = run.close_journals()
+            hint = "; ".join(f"{n} finished windows of {name} are saved" for name, n in saved)
+            _error(f"{e}; {hint + '; ' if hint else ''}run the same command again to resume")
+            return 1
         except KeyboardInterrupt as e:
             progress.progress.stop()
             saved = run.close_journals()
