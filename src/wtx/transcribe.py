@@ -281,7 +281,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
                 ray = cluster.connect(job.ray, job.ray.workers or 1)
                 stack.callback(ray.shutdown)
                 resolved = resolving.result()
-            device = resolved.device
+            device = job.device or resolved.device
         else:
             ray = cluster.connect(job.ray, job.ray.workers or 1)
             stack.callback(ray.shutdown)
