@@ -33,6 +33,10 @@ def outputs(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
 
 
+def digests(written: dict[str, bytes]) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest()[:16] for name, data in written.items()}
+
+
 def differing(got: dict[str, bytes], reference: dict[str, bytes]) -> list[str]:
     return sorted(name for name in got.keys() | reference.keys() if got.get(name) != reference.get(name))
 
@@ -72,14 +76,14 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="wtx-bench-ray-"))
     warm = run(args.files, extra, root / "warm")
     reference = outputs(root / "warm")
-    warm["sha256"] = {name: hashlib.sha256(data).hexdigest()[:16] for name, data in reference.items()}
+    warm["sha256"] = digests(reference)
     modes = {"single": [], "ray": []}
     ray_args = ["--ray", "local", "--workers", str(args.workers)]
     for _ in range(args.repeat):
         for mode, more in (("single", []), ("ray", ray_args)):
             result = run(args.files, extra + more, root / mode)
             written = outputs(root / mode)
-            result["sha256"] = {name: hashlib.sha256(data).hexdigest()[:16] for name, data in written.items()}
+            result["sha256"] = digests(written)
             result["differs"] = differing(written, reference)
             result["identical"] = not result["differs"]
             if mode == "ray":

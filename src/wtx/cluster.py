@@ -106,7 +106,8 @@ def cluster_device(ray, device: str | None) -> str:
     return "cuda" if ray.cluster_resources().get("GPU", 0) >= 1 else "cpu"
 
 
-def _probe(engine: EngineOptions) -> Resolved:
+def resolve_here(engine: EngineOptions) -> Resolved:
+    """The automatic options as this machine resolves them (with `--ray local` it is the cluster)."""
     from wtx.autobatch import pick_batch_size
     from wtx.engine import pick_device, pick_dtype
     from wtx.model import ModelDimensions
@@ -121,15 +122,10 @@ def _probe(engine: EngineOptions) -> Resolved:
     return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None)
 
 
-def resolve_here(engine: EngineOptions) -> Resolved:
-    """The automatic options as this machine resolves them: with `--ray local` it is the cluster."""
-    return _probe(engine)
-
-
 def probe(ray, engine: EngineOptions) -> Resolved:
     """Resolves the automatic options on a worker's kind of device (its free memory, its model)."""
     gpus = 1 if engine.device.startswith("cuda") else 0
-    return ray.get(ray.remote(num_cpus=0 if gpus else 1, num_gpus=gpus)(_probe).remote(engine))
+    return ray.get(ray.remote(num_cpus=0 if gpus else 1, num_gpus=gpus)(resolve_here).remote(engine))
 
 
 @contextlib.contextmanager
@@ -186,7 +182,7 @@ class ChunkDecoder:
         threading.Thread(target=self._serve, args=(scheduler,), name="wtx-serve", daemon=True).start()
         report = engine.compile_report
         self.ready = time.perf_counter()
-        _log(f"engine ready in {time.perf_counter() - started:.1f} s"
+        _log(f"engine ready in {self.ready - started:.1f} s"
              f"{f' ({report.source} in {report.seconds:.1f} s)' if report else ''}")  # fmt: skip
 
     def _serve(self, scheduler) -> None:
@@ -259,7 +255,8 @@ def _cut_rows(row: dict) -> Iterator[dict]:
     started = time.time()
     for item in cut_file(pickle.loads(row["payload"])):
         yield {"payload": pickle.dumps(item)}
-    _log(f"cut {os.path.basename(item.key)} in {time.time() - started:.2f} s, ending at {time.time():.2f}")
+    ended = time.time()
+    _log(f"cut {os.path.basename(item.key)} in {ended - started:.2f} s, ending at {ended:.2f}")
 
 
 def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Resolved,

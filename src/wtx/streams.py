@@ -145,7 +145,7 @@ class StreamScheduler:
             for r, stream in enumerate(rows):
                 while stream is None or not stream.queue or stream.state.failed:
                     busy = any(s is not None and s.queue and not s.state.failed for s in rows)
-                    stream = chunks.next_stream(states, block=not busy and not any(map(_finished, states)))
+                    stream = chunks.next_stream(states, block=not busy)
                     if stream is None:
                         break
                 rows[r] = stream
@@ -319,8 +319,10 @@ class _Chunks:
 
     def next_stream(self, states: list[_State], block: bool = True) -> _Stream | None:
         """The stream over the next chunk of any recording; None when every window was read
-        (or, unless `block`, when the next has not been read yet)."""
-        while (item := self._peek(block)) is not None:
+        (or, unless `block`, when the next has not been read yet). A recording with nothing
+        left to decode is due its RecordingDone, so while one is, nothing is waited for (a
+        worker's call may be waiting on it)."""
+        while (item := self._peek(block and not any(map(_finished, states)))) is not None:
             recording, payload = item
             if self.state is None or self.state.recording is not recording:
                 self.state = self._open(recording)
@@ -331,9 +333,6 @@ class _Chunks:
                 if isinstance(payload, Exception):
                     self.state.failed = True
                     self.state.error = payload
-                # a recording with nothing left to decode is due its RecordingDone: report it
-                # before waiting for the next to arrive (a worker's call may be waiting on it)
-                block = block and not _finished(self.state)
                 continue
             return self._chunk(self.state)
         return None

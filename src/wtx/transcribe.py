@@ -275,18 +275,17 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     previous, stderr.file = stderr.file, err
     stack.callback(setattr, stderr, "file", previous)
     try:
-        if job.ray.address == "local":  # this machine is the cluster: resolve here while Ray starts
-            with ThreadPoolExecutor(1) as pool:
-                resolving = pool.submit(cluster.resolve_here, options)
-                ray = cluster.connect(job.ray, job.ray.workers or 1)
-                stack.callback(ray.shutdown)
-                resolved = resolving.result()
-            device = job.device or resolved.device
-        else:
+        with ThreadPoolExecutor(1) as pool:
+            # with --ray local this machine is the cluster: resolve the options here while Ray starts
+            resolving = pool.submit(cluster.resolve_here, options) if job.ray.address == "local" else None
             ray = cluster.connect(job.ray, job.ray.workers or 1)
             stack.callback(ray.shutdown)
-            device = cluster.cluster_device(ray, job.device)
-            resolved = cluster.probe(ray, replace(options, device=device))
+            if resolving is not None:
+                resolved = resolving.result()
+                device = job.device or resolved.device
+            else:
+                device = cluster.cluster_device(ray, job.device)
+                resolved = cluster.probe(ray, replace(options, device=device))
         options = replace(options, device=device)
     except WtxError as e:
         _error(str(e))
@@ -324,6 +323,11 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, job.compile, settings.vad, threads,
                     events, stdout=out)  # fmt: skip
+
+
+def _saved(journals: list[tuple[str, int]]) -> str:
+    """What the closed journals keep, for the line that says how to resume."""
+    return "; ".join(f"{n} finished windows of {name} are saved" for name, n in journals)
 
 
 def _first_cause(error: BaseException) -> str:
@@ -390,14 +394,12 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
             return 0
         except WtxError as e:  # the backend failed as a whole (on Ray: the cluster)
             progress.progress.stop()
-            saved = run.close_journals()
-            hint = "; ".join(f"{n} finished windows of {name} are saved" for name, n in saved)
+            hint = _saved(run.close_journals())
             _error(f"{e}; {hint + '; ' if hint else ''}run the same command again to resume")
             return 1
         except KeyboardInterrupt as e:
             progress.progress.stop()
-            saved = run.close_journals()
-            hint = "; ".join(f"{n} finished windows of {name} are saved" for name, n in saved)
+            hint = _saved(run.close_journals())
             what = "terminated" if isinstance(e, Terminated) else "interrupted"
             _error(f"{what}: {hint + '; ' if hint else ''}run the same command again to resume "
                    f"(finished inputs are kept{'; add --skip-existing to skip them' if not job.skip_existing else ''})")
