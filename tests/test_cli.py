@@ -122,6 +122,16 @@ def test_quiet_prints_nothing_on_success(tmp_path):
 
 
 @pytest.mark.slow
+def test_compile_on_a_cpu_says_it_runs_eager(tmp_path):
+    out = run_wtx("transcribe", str(make_wav(tmp_path / "tone.wav", 3.0)), "--compile", "--device", "cpu",
+                  "-o", str(tmp_path), env={"WTX_CPU_COMPILE": ""})  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    stderr = out.stderr.decode()
+    assert "--compile: not used on a CPU" in stderr and "eager; ready in" in stderr
+    assert "compiling" not in stderr and "loading the compiled" not in stderr
+
+
+@pytest.mark.slow
 def test_compare_eager_reports_the_speedup(tmp_path):
     out = run_wtx("transcribe", str(SAMPLE), "--compare-eager", "-o", str(tmp_path), "-f", "txt")
     assert out.returncode == 0, out.stderr.decode()[-2000:]

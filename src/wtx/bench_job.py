@@ -116,6 +116,7 @@ def run_bench(
         return 1
     batch_size = min(batch_size, len(windows))  # no pass pads beyond the windows there are
     torch_device = pick_device(device)
+    # stock openai-whisper runs fp32 only on a CPU: both sides run it there unless told otherwise
     dtype_name = dtype or ("fp16" if pick_dtype(None, torch_device) == torch.float16 else "fp32")
     # every pass decodes each window on its own, as whisper.decode() does: no previous-text prompts
     # (and at temperature 0 only: no fallback, so best_of plays no part)

@@ -36,6 +36,11 @@ from wtx.subtitles import SubtitleOptions
 from wtx.transcript import TimedText, Transcript
 from wtx.writers import render, write_outputs
 
+# on a CPU Inductor's code for the decode step measured slower than eager (docs/benchmarks.md)
+CPU_COMPILE_ENV = "WTX_CPU_COMPILE"  # =1: compile on a CPU anyway (measurements, tests)
+CPU_COMPILE_NOTE = (f"--compile: not used on a CPU, where compiled decoding measured slower than eager; "
+                    f"running eager ({CPU_COMPILE_ENV}=1 compiles anyway)")
+
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
 EXIT_TERMINATED = 143  # SIGTERM: what timeout, systemd, Kubernetes and Slurm send
 
@@ -142,6 +147,7 @@ def run_transcribe(inputs: list[Input], problems: list[str], job: Job) -> int:
 def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     import torch
 
+    from wtx.engine import pick_device
     from wtx.options import DecodingOptions, EngineOptions
 
     for problem in problems:
@@ -178,11 +184,16 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         torch.set_num_threads(job.threads)
     durations = {i.path: probe_duration(i.path) for i in inputs}
     known = [d for d in durations.values() if d is not None]
+    compile = job.compile
+    if compile and job.ray is None and pick_device(job.device).type == "cpu" and not os.environ.get(CPU_COMPILE_ENV):
+        compile = False
+        if not job.quiet:
+            _status(CPU_COMPILE_NOTE)
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
                                  patience=job.patience, length_penalty=job.length_penalty),
-        compile=job.compile,
+        compile=compile,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
     with ExitStack() as stack:
@@ -298,6 +309,10 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         return 2
     workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
     options = replace(options, batch_size=resolved.batch_size)
+    if options.compile and resolved.device == "cpu" and not os.environ.get(CPU_COMPILE_ENV):
+        options = replace(options, compile=False)
+        if not job.quiet:
+            _status(CPU_COMPILE_NOTE)
     # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
@@ -310,7 +325,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     if not job.quiet:
         _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}), "
                 f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
-                f"{', compiled by the first worker of each node' if job.compile else ', eager'}; "
+                f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
                 f"cluster ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
     def events(recordings):
@@ -321,7 +336,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         except Exception as e:  # the job failed on the cluster: its first cause, and where Ray's log is
             raise WtxError(f"--ray: the job failed on the cluster: {_first_cause(e)} (Ray's log: {display(log)})") from e
 
-    return _Backend(resolved.device, resolved.dtype, resolved.batch_size, job.compile, settings.vad, threads,
+    return _Backend(resolved.device, resolved.dtype, resolved.batch_size, options.compile, settings.vad, threads,
                     events, stdout=out)  # fmt: skip
 
 

@@ -1,0 +1,38 @@
+"""--dtype auto: fp16 on CUDA; on a CPU bf16 where it is native, else fp32."""
+
+import torch
+
+from wtx import engine
+from wtx.engine import pick_dtype
+
+
+def test_auto_is_fp16_on_cuda_and_bf16_only_on_a_cpu_that_has_it(monkeypatch):
+    assert pick_dtype("auto", torch.device("cuda")) == torch.float16
+    assert pick_dtype(None, torch.device("cuda")) == torch.float16
+    monkeypatch.setattr(engine, "native_bf16", lambda: True)
+    assert pick_dtype("auto", torch.device("cpu")) == torch.bfloat16
+    monkeypatch.setattr(engine, "native_bf16", lambda: False)
+    assert pick_dtype("auto", torch.device("cpu")) == torch.float32
+    assert pick_dtype(None, torch.device("cpu")) == torch.float32
+    assert pick_dtype("bf16", torch.device("cpu")) == torch.bfloat16  # asked for: always
+
+
+def test_native_bf16_follows_torchs_cpu_probes():
+    probes = (torch.cpu._is_amx_tile_supported(), torch.cpu._is_avx512_bf16_supported())
+    assert engine.native_bf16() == any(probes)
+
+
+def test_bf16_decoder_attention_on_a_cpu_matches_sdpa():
+    """The CPU's bf16 path (two matmuls, float32 softmax, the cache read up to the slot written)
+    against SDPA over the whole cache in float32."""
+    from wtx.model import decoder_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 6, n, 64) for n in (1, 448, 448))
+    input_pos = torch.tensor([300])
+    mask = torch.arange(448)[None, None, None, :] <= 300
+    mask = mask & (torch.arange(448) >= torch.tensor([0, 10, 200])[:, None, None, None])
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got = decoder_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, input_pos)
+    torch.testing.assert_close(got.float(), expected, atol=0.02, rtol=0.02)
+    assert torch.equal(decoder_attention(q, k, v, mask, input_pos), expected)  # fp32: SDPA itself
