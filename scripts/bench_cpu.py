@@ -105,7 +105,7 @@ E2E = {  # name: extra `wtx transcribe` options, environment
 }
 
 
-def end_to_end(args, rows):
+def end_to_end(args, rows, save=lambda: None):
     """Every configuration in a fresh process, timed from its start to its exit."""
     from wtx.metrics import wer
 
@@ -113,6 +113,7 @@ def end_to_end(args, rows):
     for name in args.e2e:
         if name.startswith("faster-whisper"):
             rows.append(faster_whisper(args, int(name.rsplit(" ", 1)[1]), reference))
+            save()
             continue
         extra, env = E2E[name]
         with tempfile.TemporaryDirectory() as out:
@@ -130,6 +131,7 @@ def end_to_end(args, rows):
         row = {"name": name, "cmd": " ".join(cmd), "env": env, "process_wall_s": wall, "summary": summary,
                "rtfx": args.audio_seconds / wall, "wer": wer(reference, text) if reference else None}  # fmt: skip
         rows.append(row)
+        save()  # row by row: a stopped run keeps what it measured
         log(f"   {name}: {wall:.1f} s, {row['rtfx']:.1f}x, WER {row['wer']}")
 
 
@@ -167,12 +169,12 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--skip-passes", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
-    parser.add_argument("--e2e", default=",".join([*E2E, "faster-whisper 1", "faster-whisper 5"]),
-                        help="comma-separated end-to-end configurations (default: all)")
+    parser.add_argument("--e2e", default=";".join([*E2E, "faster-whisper 1", "faster-whisper 5"]),
+                        help="end-to-end configurations, separated by ';' (default: all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.dtypes = [d for d in args.dtypes.split(",") if d]
-    args.e2e = [n for n in args.e2e.split(",") if n]
+    args.e2e = [n.strip() for n in args.e2e.split(";") if n.strip()]
     unknown = [n for n in args.e2e if n not in E2E and n not in ("faster-whisper 1", "faster-whisper 5")]
     if unknown:
         parser.error(f"unknown --e2e configurations: {unknown}")
@@ -198,7 +200,7 @@ def main() -> int:
         save()
     if not args.skip_e2e:
         log("-- end to end")
-        end_to_end(args, results["end_to_end"])
+        end_to_end(args, results["end_to_end"], save)
         save()
     for r in results["passes"]:
         print(f"{r['name']:<28} {r['median_s']:8.2f} s {r['rtfx']:7.1f}x RT  {r['speedup_vs_stock_fp32']:5.2f}x stock  "

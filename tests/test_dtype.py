@@ -1,25 +1,16 @@
-"""--dtype auto: fp16 on CUDA; on a CPU bf16 where it is native, else fp32."""
+"""--dtype auto, and the CPU's bf16 attention path."""
 
 import torch
 
-from wtx import engine
 from wtx.engine import pick_dtype
 
 
-def test_auto_is_fp16_on_cuda_and_bf16_only_on_a_cpu_that_has_it(monkeypatch):
+def test_auto_is_fp16_on_cuda_and_fp32_on_a_cpu():
     assert pick_dtype("auto", torch.device("cuda")) == torch.float16
     assert pick_dtype(None, torch.device("cuda")) == torch.float16
-    monkeypatch.setattr(engine, "native_bf16", lambda: True)
-    assert pick_dtype("auto", torch.device("cpu")) == torch.bfloat16
-    monkeypatch.setattr(engine, "native_bf16", lambda: False)
     assert pick_dtype("auto", torch.device("cpu")) == torch.float32
     assert pick_dtype(None, torch.device("cpu")) == torch.float32
     assert pick_dtype("bf16", torch.device("cpu")) == torch.bfloat16  # asked for: always
-
-
-def test_native_bf16_follows_torchs_cpu_probes():
-    probes = (torch.cpu._is_amx_tile_supported(), torch.cpu._is_avx512_bf16_supported())
-    assert engine.native_bf16() == any(probes)
 
 
 def test_bf16_decoder_attention_on_a_cpu_matches_sdpa():

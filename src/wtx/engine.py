@@ -39,19 +39,15 @@ def pick_device(device: str | None) -> torch.device:
     return torch.device(device)
 
 
-def native_bf16() -> bool:
-    """Whether this CPU computes in bf16 natively (AMX or AVX-512 BF16): there bf16 runs the
-    model's matmuls about 4x faster than fp32 (2 cores of an AMD EPYC, torch 2.13.0)."""
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")  # torch.cpu's own probes
-    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
-
-
 def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
-    """"auto" (or None): fp16 on CUDA; on a CPU bf16 where it is native, else fp32."""
+    """"auto" (or None): fp16 on CUDA, fp32 on a CPU.
+
+    bf16 is not the CPU's default, even where the CPU runs it natively: on 2 cores of an AMD EPYC
+    with AVX-512 BF16 (torch 2.13.0, tiny.en, copperfield, 26:09) it took 176.9 s against 219.3 s
+    at beam 5, but its WER was 14.04% against 11.62% (beam 1: 77.3 s against 119.8 s, 13.00%
+    against 12.83%; scripts/bench_cpu.py, docs/benchmarks.md)."""
     if dtype in (None, "auto"):
-        if device.type == "cuda":
-            return torch.float16
-        return torch.bfloat16 if device.type == "cpu" and native_bf16() else torch.float32
+        return torch.float16 if device.type == "cuda" else torch.float32
     return DTYPES[dtype]
 
 

@@ -41,7 +41,7 @@ class DecodingOptions:
 class EngineOptions:
     model: str = "tiny.en"
     device: str | None = None  # None: cuda if available, else cpu
-    dtype: str | None = None  # None or "auto": fp16 on cuda; bf16 on a cpu that has it natively, else fp32
+    dtype: str | None = None  # None or "auto": fp16 on cuda, fp32 on cpu
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     check_every: int = 8  # decode steps between all-rows-finished checks
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
