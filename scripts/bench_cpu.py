@@ -103,6 +103,7 @@ E2E = {  # name: extra `wtx transcribe` options, environment
     "wtx --compile, forced (warm cache)": (["--compile"], {"WTX_CPU_COMPILE": "1"}),
     "wtx --compile --beam-size 1, forced (warm cache)": (["--compile", "--beam-size", "1"], {"WTX_CPU_COMPILE": "1"}),
 }
+FASTER_WHISPER_E2E = ("faster-whisper 1", "faster-whisper 5")  # the beam size last
 
 
 def end_to_end(args, rows, save=lambda: None):
@@ -111,7 +112,7 @@ def end_to_end(args, rows, save=lambda: None):
 
     reference = args.reference.read_text().replace("(", " ").replace(")", " ") if args.reference else None
     for name in args.e2e:
-        if name.startswith("faster-whisper"):
+        if name in FASTER_WHISPER_E2E:
             rows.append(faster_whisper(args, int(name.rsplit(" ", 1)[1]), reference))
             save()
             continue
@@ -169,13 +170,13 @@ def main() -> int:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--skip-passes", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
-    parser.add_argument("--e2e", default=";".join([*E2E, "faster-whisper 1", "faster-whisper 5"]),
+    parser.add_argument("--e2e", default=";".join([*E2E, *FASTER_WHISPER_E2E]),
                         help="end-to-end configurations, separated by ';' (default: all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.e2e = [n.strip() for n in args.e2e.split(";") if n.strip()]
-    unknown = [n for n in args.e2e if n not in E2E and n not in ("faster-whisper 1", "faster-whisper 5")]
+    unknown = [n for n in args.e2e if n not in E2E and n not in FASTER_WHISPER_E2E]
     if unknown:
         parser.error(f"unknown --e2e configurations: {unknown}")
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from wtx.decode import DecodeLoop, DecodeState, LogitFilters, pick_tokens
+from wtx.model import eager_cpu_slot
 from wtx.options import DecodingOptions
 
 
@@ -99,9 +100,8 @@ class GroupLoop(DecodeLoop):
         sampling_done = after_sampling.finished | at_end
         self.finished.copy_(torch.where(self.beam_rows, self.frozen.repeat_interleave(g), sampling_done))
         if n > 1:
-            # run eagerly on a CPU, only the slots written so far (reading the slot is free there)
-            eager_cpu = self.input_pos.device.type == "cpu" and not torch.compiler.is_compiling()
-            self.decoder.reorder_cache(source, self.prefix_len, int(self.input_pos[-1]) if eager_cpu else None)
+            # run eagerly on a CPU, only the slots written so far (up to this step's)
+            self.decoder.reorder_cache(source, self.prefix_len, eager_cpu_slot(self.input_pos))
         self.logits.copy_(self.decoder(token[:, None], self.input_pos, self.pad)[:, -1])
         self.input_pos.add_(1)
         self.i.add_(1)

@@ -68,6 +68,14 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> Ten
     return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
 
 
+def eager_cpu_slot(input_pos: Tensor) -> int | None:
+    """The last of the cache slots `input_pos` as an int, where reading it costs nothing: on a CPU,
+    run eagerly. None elsewhere (a host sync on CUDA, a graph break under torch.compile)."""
+    if input_pos.device.type != "cpu" or torch.compiler.is_compiling():
+        return None
+    return int(input_pos[-1])
+
+
 def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
                       input_pos: Tensor | None = None) -> Tensor:  # fmt: skip
     """The decoder's attention: few queries (a step's, or a prompt's) over the cache or the audio.
@@ -81,9 +89,9 @@ def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = Non
     AVX-512 BF16.)"""
     if q.device.type != "cpu" or q.dtype == torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    if input_pos is not None and not torch.compiler.is_compiling():
-        end = int(input_pos[-1]) + 1
-        k, v, mask = k[:, :, :end], v[:, :, :end], mask[..., :end]
+    last = eager_cpu_slot(input_pos) if input_pos is not None else None
+    if last is not None:
+        k, v, mask = k[:, :, : last + 1], v[:, :, : last + 1], mask[..., : last + 1]
     w = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
     if mask is not None:
         w = w.masked_fill(~mask, float("-inf"))

@@ -41,6 +41,15 @@ CPU_COMPILE_ENV = "WTX_CPU_COMPILE"  # =1: compile on a CPU anyway (measurements
 CPU_COMPILE_NOTE = (f"--compile: not used on a CPU, where compiled decoding measured slower than eager; "
                     f"running eager ({CPU_COMPILE_ENV}=1 compiles anyway)")
 
+
+def _compiles_on(device_type: str, job: "Job") -> bool:
+    """Whether --compile applies on this kind of device; on a CPU it does not (a line says so)."""
+    if not job.compile or device_type != "cpu" or os.environ.get(CPU_COMPILE_ENV):
+        return job.compile
+    if not job.quiet:
+        _status(CPU_COMPILE_NOTE)
+    return False
+
 EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report it
 EXIT_TERMINATED = 143  # SIGTERM: what timeout, systemd, Kubernetes and Slurm send
 
@@ -184,11 +193,8 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         torch.set_num_threads(job.threads)
     durations = {i.path: probe_duration(i.path) for i in inputs}
     known = [d for d in durations.values() if d is not None]
-    compile = job.compile
-    if compile and job.ray is None and pick_device(job.device).type == "cpu" and not os.environ.get(CPU_COMPILE_ENV):
-        compile = False
-        if not job.quiet:
-            _status(CPU_COMPILE_NOTE)
+    # on Ray the workers' device decides (_ray_backend)
+    compile = job.compile if job.ray is not None else _compiles_on(pick_device(job.device).type, job)
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
@@ -309,10 +315,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         return 2
     workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
     options = replace(options, batch_size=resolved.batch_size)
-    if options.compile and resolved.device == "cpu" and not os.environ.get(CPU_COMPILE_ENV):
-        options = replace(options, compile=False)
-        if not job.quiet:
-            _status(CPU_COMPILE_NOTE)
+    options = replace(options, compile=_compiles_on(resolved.device, job))
     # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
