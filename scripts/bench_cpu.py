@@ -97,6 +97,8 @@ def passes(args, rows):
 E2E = {  # name: extra `wtx transcribe` options, environment
     "wtx default (beam 5)": ([], {}),
     "wtx --beam-size 1": (["--beam-size", "1"], {}),
+    "wtx --quantize none": (["--quantize", "none"], {}),
+    "wtx --quantize none --beam-size 1": (["--quantize", "none", "--beam-size", "1"], {}),
     "wtx --dtype fp32": (["--dtype", "fp32"], {}),
     "wtx --dtype fp32 --beam-size 1": (["--dtype", "fp32", "--beam-size", "1"], {}),
     "wtx --compile, forced (first process)": (["--compile"], {"WTX_CPU_COMPILE": "1"}),

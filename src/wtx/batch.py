@@ -60,6 +60,7 @@ class BatchDecoder:
         self.slots = torch.arange(self.n_slots, device=self.device)
         self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
+        self._silence: torch.Tensor | None = None  # the features of an all-zero window (eager CPU)
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
         self.steps_per_call = 1
         self.prefill_graph = None  # a CUDA graph of `prefill` with its static tensors (wtx.compiled)
@@ -101,8 +102,22 @@ class BatchDecoder:
 
     def _encode(self, samples: torch.Tensor) -> None:
         """Features and encoder for samples [B, N_SAMPLES], into the cross-attention K/V."""
-        mel = log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype)
-        self.model.decoder.set_audio_features(self.encoder(mel))
+        if self.device.type == "cpu" and self.encoder is self.model.encoder:
+            features = torch.cat([self._encode_window(row) for row in samples])
+        else:  # the batch's fixed shape, as compiled and captured
+            features = self.encoder(log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype))
+        self.model.decoder.set_audio_features(features)
+
+    def _encode_window(self, samples: torch.Tensor) -> torch.Tensor:
+        """The encoder on one window [N_SAMPLES] (an eager CPU): one window's shape, whatever the
+        batch, so its features never depend on the batch; an all-zero window (the padding rows,
+        or digital silence) reuses the features computed for the first one. Measured on 2 cores
+        (tiny.en): 3.03 s for 8 windows one by one against 3.58 s as one batch, bit for bit equal."""
+        if samples.any():
+            return self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.dtype))
+        if self._silence is None:
+            self._silence = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.dtype))
+        return self._silence
 
     def _language_at_sot(self, n: int) -> torch.Tensor:
         """One decoder step at <|startoftranscript|> (slot 0): the first row's language token, for all n rows."""

@@ -12,6 +12,9 @@ from wtx import __version__
 DTYPE_HELP = ("auto, fp32, fp16 or bf16. auto (the default): fp16 on CUDA, fp32 on a CPU. On a CPU "
               "with AMX or AVX-512 BF16, bf16 is faster (1.2x at beam 5, 1.5x at beam 1 on 2 cores) "
               "but measured less accurate at beam 5.")
+QUANTIZE_HELP = ("auto, int8 or none. int8: the linear layers and the logit projection in int8 (a scale per "
+                 "output channel; activations quantised per row), on a CPU in fp32 only. auto (the default): "
+                 "int8 on a CPU in fp32, none elsewhere.")
 BENCH_DTYPE_HELP = "fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU, where stock openai-whisper runs fp32 only)."
 
 app = typer.Typer(
@@ -110,6 +113,7 @@ def transcribe(
     batch_size: Annotated[str, typer.Option("--batch-size", "-b", metavar="N|auto", help="Windows decoded together, from any of the inputs (1-256), or auto: the size that measured fastest for the model on this device within its free memory (on an H200 64 for tiny.en and base greedy, 32 with beam search; on a CPU 8 greedy, 4 with beam search). Every batch is padded to this many rows, so a file's text never depends on the other inputs; a different size can change the text.")] = "auto",
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
     dtype: Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)] = "auto",
+    quantize: Annotated[str, typer.Option("--quantize", help=QUANTIZE_HELP)] = "auto",
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch (default: torch's choice).")] = None,
     compile: Annotated[bool, typer.Option("--compile/--no-compile", envvar="WTX_COMPILE", help="torch.compile the encoder and decode step (Inductor; CUDA graphs on GPU). Compiled artifacts are cached on disk, so later runs start fast. Also WTX_COMPILE=1.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help="With --compile: fail if compilation fails, instead of warning and running eager.")] = False,
@@ -154,6 +158,8 @@ def transcribe(
         raise typer.BadParameter("with -o - (stdout) choose one format", param_hint="--format")
     if dtype not in ("auto", "fp32", "fp16", "bf16"):
         raise typer.BadParameter("choose auto, fp32, fp16 or bf16", param_hint="--dtype")
+    if quantize not in ("auto", "int8", "none"):
+        raise typer.BadParameter("choose auto, int8 or none", param_hint="--quantize")
     if task not in ("transcribe", "translate"):
         raise typer.BadParameter("choose transcribe or translate", param_hint="--task")
     if split not in ("silence", "fixed"):
@@ -178,7 +184,7 @@ def transcribe(
     expanded = expand(files)
     job = Job(
         model=model, out=out, to_stdout=to_stdout, formats=tuple(formats), language=language,
-        task=task, batch_size=rows, device=device, dtype=dtype, threads=threads, quiet=quiet,
+        task=task, batch_size=rows, device=device, dtype=dtype, quantize=quantize, threads=threads, quiet=quiet,
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
         beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,

@@ -23,11 +23,12 @@ from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
 from wtx.model import Whisper, load_model
 from wtx.options import EngineOptions
+from wtx.quantize import quantize_model
 from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
 
-__all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "pick_device", "pick_dtype"]
+__all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "pick_device", "pick_dtype", "pick_quantize"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
@@ -51,6 +52,16 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the model runs on int8 weights (wtx.quantize). "auto" (or None): on a CPU in
+    float32; "int8": asked for, and an error where it cannot run; "none": never."""
+    if quantize in (None, "auto"):
+        return device.type == "cpu" and dtype == torch.float32
+    if quantize == "int8" and (device.type != "cpu" or dtype != torch.float32):
+        raise ValueError(f"--quantize int8 runs on a CPU in fp32, not on {device.type} in {str(dtype).removeprefix('torch.')}")
+    return quantize == "int8"
+
+
 def repeatable_attention() -> None:
     """Turns PyTorch's cuDNN attention off, for this process (eager and compiled code alike).
 
@@ -72,6 +83,9 @@ class Engine:
             repeatable_attention()
         if model is None:
             model = load_model(load_checkpoint(options.model), self.device, self.dtype)
+        self.quantized = pick_quantize(options.quantize, self.device, self.dtype)
+        if self.quantized:
+            quantize_model(model)
         self.model = model
         self.dims = model.dims
         if options.batch_size is None:  # resolved once: the options say what ran

@@ -276,6 +276,7 @@ class TextDecoder(nn.Module):
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(DecoderBlock(n_state, n_head) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
+        self.projection: nn.Module | None = None  # int8 logits (wtx.quantize); else the embedding's transpose
 
     def set_audio_features(self, xa: Tensor) -> None:
         for block in self.blocks:
@@ -311,6 +312,8 @@ class TextDecoder(nn.Module):
 
     def logits(self, x: Tensor) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
+        if self.projection is not None:
+            return self.projection(x)
         return (x @ self.token_embedding.weight.T).float()
 
     def forward(self, tokens: Tensor, input_pos: Tensor, pad: Tensor) -> Tensor:

@@ -73,6 +73,7 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
+    quantize: str | None = None  # None or "auto": int8 weights on a CPU in fp32 (wtx.quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
@@ -196,7 +197,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     # on Ray the workers' device decides (_ray_backend)
     compile = job.compile if job.ray is not None else _compiles_on(pick_device(job.device).type, job)
     options = EngineOptions(
-        model=job.model, device=job.device, dtype=job.dtype, batch_size=job.batch_size,
+        model=job.model, device=job.device, dtype=job.dtype, quantize=job.quantize, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
                                  patience=job.patience, length_penalty=job.length_penalty),
         compile=compile,
@@ -251,7 +252,8 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
-        _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
+        weights = ", int8 weights" if engine.quantized else ""
+        _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
                 f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
                 f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
     detector = None

@@ -1,0 +1,42 @@
+"""int8 weights on a CPU (wtx.quantize): per-row activations, the engine's choice, the text."""
+
+import pytest
+import torch
+
+from wtx.engine import pick_quantize
+from wtx.quantize import Int8Linear
+
+
+def test_int8_linear_is_close_to_float32():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(384, 1536)
+    x = torch.randn(4, 7, 384)
+    expected = linear(x)
+    got = Int8Linear.from_linear(linear)(x)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert ((got - expected).norm() / expected.norm()).item() < 0.02
+
+
+def test_a_rows_result_does_not_depend_on_the_other_rows():
+    """Activations are quantised per row: a row gives the same bits alone, or beside rows of
+    any size (one scale for the whole input would let a loud row change a quiet one's text)."""
+    torch.manual_seed(0)
+    layer = Int8Linear.from_linear(torch.nn.Linear(384, 384))
+    quiet = torch.randn(1, 384) * 0.01
+    alone = layer(quiet)
+    beside_loud = layer(torch.cat([quiet, torch.randn(5, 384) * 100]))[:1]
+    beside_positive = layer(torch.cat([torch.rand(3, 384), quiet]))[-1:]
+    assert torch.equal(alone, beside_loud)
+    assert torch.equal(alone, beside_positive)
+
+
+def test_the_default_quantises_on_a_cpu_in_float32_only():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert pick_quantize(None, cpu, torch.float32)
+    assert pick_quantize("auto", cpu, torch.float32)
+    assert not pick_quantize("auto", cpu, torch.bfloat16)
+    assert not pick_quantize("auto", cuda, torch.float16)
+    assert not pick_quantize("none", cpu, torch.float32)
+    assert pick_quantize("int8", cpu, torch.float32)
+    with pytest.raises(ValueError, match="CPU in fp32"):
+        pick_quantize("int8", cuda, torch.float16)
