@@ -63,6 +63,6 @@ def tiny_engine_and_stock(batch_size: int, decoding=None):
     from wtx.weights import load_checkpoint
 
     torch.set_num_threads(2)
-    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=batch_size, seek_tails=False,
+    options = EngineOptions(model="tiny.en", device="cpu", dtype="fp32", quantize="none", batch_size=batch_size, seek_tails=False,
                             condition_on_previous_text=False, decoding=decoding or DecodingOptions())  # fmt: skip
     return Engine(options), load_stock_model(load_checkpoint("tiny.en"))

@@ -39,7 +39,7 @@ def windows(seed: int, n: int = BATCH) -> list[Window]:
 def engines():
     torch.set_num_threads(2)
     model = random_model()
-    options = dict(model="random-tiny", device="cpu", batch_size=BATCH)
+    options = dict(model="random-tiny", device="cpu", batch_size=BATCH, quantize="none")  # as the compiled engine
     compiled = Engine(EngineOptions(**options, compile=True, strict=True), model=model)
     eager = Engine(EngineOptions(**options), model=random_model())
     return compiled, eager
@@ -182,7 +182,8 @@ def test_beam_search_step_compiles_fullgraph_and_matches_eager():
 
     from wtx.options import DecodingOptions
 
-    options = dict(model="random-tiny", device="cpu", batch_size=BATCH, decoding=DecodingOptions(beam_size=3, best_of=2))
+    options = dict(model="random-tiny", device="cpu", batch_size=BATCH, decoding=DecodingOptions(beam_size=3, best_of=2),
+                   quantize="none")  # fmt: skip
     compiled = Engine(EngineOptions(**options, compile=True, strict=True), model=random_model())
     eager = Engine(EngineOptions(**options), model=random_model())
     assert compiled.compile_report.warnings == [] and compiled.batch.loop.group == 3

@@ -30,13 +30,42 @@ def test_a_rows_result_does_not_depend_on_the_other_rows():
     assert torch.equal(alone, beside_positive)
 
 
-def test_the_default_quantises_on_a_cpu_in_float32_only():
+def test_the_default_quantises_greedy_decoding_on_a_cpu_in_float32_only():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert not pick_quantize("auto", cpu, torch.float32, beam_size=5)  # measured less accurate
+    assert pick_quantize("int8", cpu, torch.float32, beam_size=5)
     assert pick_quantize(None, cpu, torch.float32)
     assert pick_quantize("auto", cpu, torch.float32)
     assert not pick_quantize("auto", cpu, torch.bfloat16)
     assert not pick_quantize("auto", cuda, torch.float16)
+    assert not pick_quantize("auto", cpu, torch.float32, compile=True)
     assert not pick_quantize("none", cpu, torch.float32)
     assert pick_quantize("int8", cpu, torch.float32)
-    with pytest.raises(ValueError, match="CPU in fp32"):
-        pick_quantize("int8", cuda, torch.float16)
+    for where in [(cuda, torch.float16), (cpu, torch.bfloat16)]:
+        with pytest.raises(ValueError, match="CPU in fp32"):
+            pick_quantize("int8", *where)
+    with pytest.raises(ValueError, match="compiled"):
+        pick_quantize("int8", cpu, torch.float32, compile=True)
+
+
+def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
+    """The padding rows (all zeros) are encoded once and reused; every other window on its own,
+    with the features a batch of them gives."""
+    import numpy as np
+
+    from wtx.audio import N_SAMPLES
+    from wtx.engine import Engine, EngineOptions
+    from wtx.features import log_mel_spectrogram
+
+    torch.set_num_threads(2)
+    engine = Engine(EngineOptions(model="tiny.en", device="cpu", batch_size=3))
+    speech = torch.from_numpy((0.1 * np.random.default_rng(0).standard_normal((2, N_SAMPLES))).astype(np.float32))
+    samples = torch.stack([speech[0], torch.zeros(N_SAMPLES), speech[1]])
+    with torch.no_grad():
+        engine.batch._encode(samples)
+        keys = engine.model.decoder.blocks[0].cross_attn.cross_kv.k.clone()
+        batched = engine.model.encoder(log_mel_spectrogram(samples, engine.dims.n_mels))
+        engine.model.decoder.set_audio_features(batched)
+    torch.testing.assert_close(keys, engine.model.decoder.blocks[0].cross_attn.cross_kv.k)
+    silence = engine.batch._silence
+    assert silence is not None and engine.batch._encode_window(torch.zeros(N_SAMPLES)) is silence

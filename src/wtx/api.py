@@ -41,7 +41,7 @@ class Model:
     def options(self) -> dict:
         o = self.engine.options
         return {"model": o.model, "device": str(self.engine.device), "dtype": str(self.engine.dtype).removeprefix("torch."),
-                "batch_size": o.batch_size, "compile": o.compile, "condition_on_previous_text": o.condition_on_previous_text,
+                "quantized": self.engine.quantized, "batch_size": o.batch_size, "compile": o.compile, "condition_on_previous_text": o.condition_on_previous_text,
                 "task": o.decoding.task, "language": o.decoding.language, "vad": self.detector is not None,
                 "decoding": asdict(o.decoding)}  # fmt: skip
 
@@ -95,7 +95,7 @@ def _chain(first, rest):
 
 def load_model(
     name: str = "tiny.en", device: str | None = None, dtype: str | None = None, compile: bool = False,
-    batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
+    quantize: str | None = None, batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
     condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False, beam_size: int = 5,
     best_of: int | None = None, patience: float = 1.0, length_penalty: float | None = None,
 ) -> Model:
@@ -104,6 +104,8 @@ def load_model(
     the model on the device, within its free memory (on an H200 64 for tiny.en and base greedy,
     32 with beam search; on a CPU 8 greedy, 4 with beam search); info.options says which.
     compile=True compiles (or loads cached artifacts of) the encoder and decode step;
+    quantize: "auto" (None), "int8" or "none", as the CLI's --quantize (auto: the logit
+    projection in int8 on a CPU in float32, eager);
     vad=True drops windows without speech (Silero VAD) before decoding.
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
     beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures
@@ -112,7 +114,7 @@ def load_model(
     from wtx.engine import Engine, EngineOptions
 
     options = EngineOptions(
-        model=name, device=device, dtype=dtype, batch_size=batch_size, compile=compile, strict=strict,
+        model=name, device=device, dtype=dtype, quantize=quantize, batch_size=batch_size, compile=compile, strict=strict,
         decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
                          patience=patience, length_penalty=length_penalty),
         condition_on_previous_text=condition_on_previous_text,

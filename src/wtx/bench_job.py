@@ -125,7 +125,8 @@ def run_bench(
     eager = Engine(EngineOptions(**engine_options))
     tokenizer = eager.tokenizer
     how = f"beam {beam_size}" if beam_size > 1 else "greedy"
-    options = f"{how}, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"
+    weights = " (int8 logits)" if eager.quantized else ""
+    options = f"{how}, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}{weights}, {torch_device}"
     beam = {"beam_size": beam_size} if beam_size > 1 else {}
 
     def to_text(token_lists):
@@ -194,8 +195,8 @@ def run_bench(
 
     report_json = {
         "schema": SCHEMA_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": _versions(),
-        "device": _device_name(torch_device), "model": model, "dtype": dtype_name, "batch_size": batch_size,
-        "beam_size": beam_size,
+        "device": _device_name(torch_device), "model": model, "dtype": dtype_name, "quantized": eager.quantized,
+        "batch_size": batch_size, "beam_size": beam_size,
         "repeat": repeat, "inputs": sources, "windows": len(windows),
         "audio_seconds": sum(w.duration for w in windows), "options": options,
         "baseline": {name: base.name for name, base in baselines.items()}, "compile": compile_info,

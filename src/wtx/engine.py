@@ -52,13 +52,21 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether the model runs on int8 weights (wtx.quantize). "auto" (or None): on a CPU in
-    float32; "int8": asked for, and an error where it cannot run; "none": never."""
+def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False,
+                  beam_size: int = 1) -> bool:  # fmt: skip
+    """Whether the logit projection runs in int8 (wtx.quantize). "auto" (or None): on a CPU in
+    float32, eager, decoding greedily; "int8": asked for, and an error where it cannot run;
+    "none": never.
+
+    auto leaves beam search in float32: on 2 AVX2 cores (torch 2.13.0, tiny.en, copperfield,
+    26:09, whole processes) int8 logits took 163.4 s against 197.9 s at beam 1 for a WER of 12.87%
+    against 12.83%, but at beam 5 338.8 s against 374.1 s for 11.99% against 11.62%
+    (scripts/bench_cpu.py, docs/benchmarks.md)."""
     if quantize in (None, "auto"):
-        return device.type == "cpu" and dtype == torch.float32
-    if quantize == "int8" and (device.type != "cpu" or dtype != torch.float32):
-        raise ValueError(f"--quantize int8 runs on a CPU in fp32, not on {device.type} in {str(dtype).removeprefix('torch.')}")
+        return device.type == "cpu" and dtype == torch.float32 and not compile and beam_size == 1
+    if quantize == "int8" and (device.type != "cpu" or dtype != torch.float32 or compile):
+        where = f"{device.type} in {str(dtype).removeprefix('torch.')}{', compiled' if compile else ''}"
+        raise ValueError(f"--quantize int8 runs on a CPU in fp32, eager; not on {where}")
     return quantize == "int8"
 
 
@@ -83,7 +91,8 @@ class Engine:
             repeatable_attention()
         if model is None:
             model = load_model(load_checkpoint(options.model), self.device, self.dtype)
-        self.quantized = pick_quantize(options.quantize, self.device, self.dtype)
+        self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
+                                       options.decoding.beam_size)  # fmt: skip
         if self.quantized:
             quantize_model(model)
         self.model = model

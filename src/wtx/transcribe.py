@@ -228,6 +228,7 @@ class _Backend:
     stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
+    quantized: bool = False  # int8 logit projection (wtx.quantize)
 
 
 def _status(line: str) -> None:
@@ -278,7 +279,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         engine.device.type, str(engine.dtype), batch_size, bool(report and report.source != "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
-        detector, stock, engine,
+        detector, stock, engine, quantized=engine.quantized,
     )  # fmt: skip
 
 
@@ -286,6 +287,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     import torch
 
     from wtx import cluster
+    from wtx.engine import pick_quantize
 
     started = time.perf_counter()
     threads = job.threads or torch.get_num_threads()  # this machine's choice, as a single process makes it
@@ -318,6 +320,9 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
     options = replace(options, batch_size=resolved.batch_size)
     options = replace(options, compile=_compiles_on(resolved.device, job))
+    dtype = getattr(torch, resolved.dtype.removeprefix("torch."))
+    quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile,
+                              options.decoding.beam_size)  # fmt: skip
     # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
@@ -328,7 +333,8 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
         _warn(f"silero-vad is not installed on the workers, so only silence is skipped: {INSTALL}")
     if not job.quiet:
-        _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}), "
+        weights = ", int8 weights" if quantized else ""
+        _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}{weights}), "
                 f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
                 f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
                 f"cluster ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -342,7 +348,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
             raise WtxError(f"--ray: the job failed on the cluster: {_first_cause(e)} (Ray's log: {display(log)})") from e
 
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, options.compile, settings.vad, threads,
-                    events, stdout=out)  # fmt: skip
+                    events, stdout=out, quantized=quantized)  # fmt: skip
 
 
 def _saved(journals: list[tuple[str, int]]) -> str:
@@ -379,7 +385,7 @@ def _open_files_for_every_journal() -> None:
 def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job) -> int:
     # everything that changes a window's text: a journal written under other options is not resumed
     config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": backend.batch_size,
-              "task": job.task, "language": job.language, "dtype": backend.dtype, "device": backend.device,
+              "task": job.task, "language": job.language, "dtype": backend.dtype, "quantized": backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps}  # fmt: skip
