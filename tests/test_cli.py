@@ -132,6 +132,20 @@ def test_compile_on_a_cpu_says_it_runs_eager(tmp_path):
 
 
 @pytest.mark.slow
+def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
+    tone = str(make_wav(tmp_path / "tone.wav", 3.0))
+    greedy = run_wtx("transcribe", tone, "--beam-size", "1", "--device", "cpu", "-o", str(tmp_path / "greedy"))
+    assert greedy.returncode == 0, greedy.stderr.decode()[-2000:]
+    assert "(float32, int8 logits)" in greedy.stderr.decode()
+    beams = run_wtx("transcribe", tone, "--device", "cpu", "-o", str(tmp_path / "beams"))
+    assert beams.returncode == 0 and "(float32), " in beams.stderr.decode()  # beam search: auto stays fp32
+    refused = run_wtx("transcribe", tone, "--quantize", "int8", "--dtype", "bf16", "--device", "cpu", "-o", str(tmp_path))
+    assert refused.returncode == 1
+    assert "--quantize int8 runs on a CPU in fp32, eager; not on cpu in bfloat16" in refused.stderr.decode()
+    assert not (tmp_path / "tone.txt").exists()
+
+
+@pytest.mark.slow
 def test_compare_eager_reports_the_speedup(tmp_path):
     out = run_wtx("transcribe", str(SAMPLE), "--compare-eager", "-o", str(tmp_path), "-f", "txt")
     assert out.returncode == 0, out.stderr.decode()[-2000:]

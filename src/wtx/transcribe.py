@@ -73,7 +73,7 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
-    quantize: str | None = None  # None or "auto": int8 weights on a CPU in fp32 (wtx.quantize)
+    quantize: str | None = None  # None or "auto": int8 logits on a CPU in fp32, eager, greedy (wtx.quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
@@ -253,7 +253,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
-        weights = ", int8 weights" if engine.quantized else ""
+        weights = ", int8 logits" if engine.quantized else ""
         _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
                 f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
                 f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -321,8 +321,12 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     options = replace(options, batch_size=resolved.batch_size)
     options = replace(options, compile=_compiles_on(resolved.device, job))
     dtype = getattr(torch, resolved.dtype.removeprefix("torch."))
-    quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile,
-                              options.decoding.beam_size)  # fmt: skip
+    try:
+        quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile,
+                                  options.decoding.beam_size)  # fmt: skip
+    except ValueError as e:
+        _error(str(e))
+        return 1
     # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
@@ -333,7 +337,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
         _warn(f"silero-vad is not installed on the workers, so only silence is skipped: {INSTALL}")
     if not job.quiet:
-        weights = ", int8 weights" if quantized else ""
+        weights = ", int8 logits" if quantized else ""
         _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}{weights}), "
                 f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
                 f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
