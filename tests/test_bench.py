@@ -11,7 +11,7 @@ from wtx.bench import BenchMismatch, PassResult, compare, speedup
 PASS_KEYS = {
     "name", "kind", "batch_size", "windows", "audio_seconds", "fingerprint", "options", "times_s",
     "tokens", "peak_memory_mib", "compile", "agreement", "reference_wer", "speedup", "median_s",
-    "windows_per_s", "rtfx", "tokens_per_s",
+    "windows_per_s", "rtfx", "tokens_per_s", "quantized",
 }  # fmt: skip
 TOP_KEYS = {
     "schema", "date", "versions", "device", "model", "dtype", "batch_size", "repeat", "inputs",
@@ -46,7 +46,8 @@ def test_mismatched_options_are_refused():
 @pytest.mark.slow
 def test_bench_compare_eager_writes_schema_json_and_png(tmp_path):
     out_json, out_png = tmp_path / "out.json", tmp_path / "out.png"
-    result = run_wtx("bench", "--compare-eager", "--json", str(out_json), "--plot", str(out_png), "--repeat", "1")
+    result = run_wtx("bench", "--compare-eager", "--json", str(out_json), "--plot", str(out_png), "--repeat", "1",
+                     "--quantize", "none")  # stock's arithmetic, to the bit
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert result.stdout == b""
     report = json.loads(out_json.read_text())
@@ -59,6 +60,7 @@ def test_bench_compare_eager_writes_schema_json_and_png(tmp_path):
         assert p["fingerprint"] == report["passes"][0]["fingerprint"]
         assert p["rtfx"] > 0 and p["median_s"] > 0
     assert report["passes"][2]["agreement"]["identical_share"] == 1.0  # fp32 CPU: token-identical
+    assert not any(p["quantized"] for p in report["passes"])
     png = out_png.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", png[16:24])

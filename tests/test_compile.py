@@ -216,7 +216,7 @@ def test_word_timestamps_leave_the_compiled_functions_alone(engines):
     for engine in engines:
         batch = windows(5)
         engine.decode_batch(batch)
-        aligned.append(engine.batch.align(text, batch, ["en", "en"]))
+        aligned.append(engine.align(text, batch, ["en", "en"]))
     assert dict(counters["stats"]) == before
     (ours, theirs) = aligned
     assert [[w.word for w in a] for a in ours] == [[w.word for w in a] for a in theirs]

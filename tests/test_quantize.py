@@ -70,3 +70,38 @@ def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
     torch.testing.assert_close(keys, engine.model.decoder.blocks[0].cross_attn.cross_kv.k)
     silence = engine.batch._silence
     assert silence is not None and engine.batch._encode_window(torch.zeros(N_SAMPLES)) is silence
+
+
+def test_a_row_of_nan_gives_nan_logits_and_leaves_the_others_alone():
+    """fbgemm refuses a non-finite input; such a row gives NaN, as in float32, not an error."""
+    torch.manual_seed(0)
+    layer = Int8Linear.from_linear(torch.nn.Linear(384, 64))
+    x = torch.randn(3, 384)
+    broken = x.clone()
+    broken[1, 5] = float("nan")
+    broken[2, 7] = float("inf")
+    got = layer(broken)
+    assert got[1:].isnan().all()
+    assert torch.equal(got[0], layer(x[:1])[0])
+
+
+def test_engines_that_share_a_model_each_keep_their_own_logits():
+    """An engine quantises its own logit projection, not the model it was given: an engine in
+    float32 on the same model gives the same tokens before and after the int8 one ran."""
+    import numpy as np
+
+    from wtx.audio import N_SAMPLES, Window
+    from wtx.engine import Engine, EngineOptions
+    from wtx.model import load_model
+    from wtx.weights import load_checkpoint
+
+    model = load_model(load_checkpoint("tiny.en"), torch.device("cpu"), torch.float32)
+    noise = (0.05 * np.random.default_rng(1).standard_normal(N_SAMPLES)).astype(np.float32)
+    window = [Window(index=0, offset=0.0, duration=30.0, samples=noise)]
+    plain = Engine(EngineOptions(model="tiny.en", device="cpu", quantize="none", batch_size=1), model=model)
+    before = plain.decode_batch(window)[0].tokens
+    int8 = Engine(EngineOptions(model="tiny.en", device="cpu", quantize="int8", batch_size=1), model=model)
+    int8.decode_batch(window)
+    assert model.decoder.projection is int8.batch.projection is not None
+    assert plain.decode_batch(window)[0].tokens == before
+    assert model.decoder.projection is None

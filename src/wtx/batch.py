@@ -20,8 +20,6 @@ from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
 from wtx.options import DecodingOptions
 from wtx.segments import WindowResult, split_segments
-from wtx.timing import find_alignments, window_frames
-from wtx.words import WordTiming
 
 
 def silent_window() -> Window:
@@ -61,15 +59,11 @@ class BatchDecoder:
         self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
         self._silence: torch.Tensor | None = None  # the features of an all-zero window (eager CPU)
+        self.projection: torch.nn.Module | None = None  # the logits' (int8: wtx.quantize); None: the embedding's
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
         self.steps_per_call = 1
         self.prefill_graph = None  # a CUDA graph of `prefill` with its static tensors (wtx.compiled)
         self.owns_caches = False  # True once compiled functions hold this decoder's cache tensors
-        layers: dict[int, list[int]] = {}
-        for layer, head in model.alignment_heads:
-            layers.setdefault(layer, []).append(head)
-        # layer -> its alignment heads, for word timestamps (align)
-        self.alignment_heads = {layer: torch.tensor(h, device=self.device) for layer, h in layers.items()}
 
     def stack(self, windows: list[Window]) -> torch.Tensor:
         """The windows' samples as one [B, N_SAMPLES] CPU tensor, pinned when the model is on CUDA."""
@@ -126,12 +120,13 @@ class BatchDecoder:
         return self._detect_language(self.model.decoder(sot, self.slots[:1], pad)[:, 0])
 
     def ensure_loop(self) -> DecodeLoop | GroupLoop:
-        """The decode loop and the model's caches, allocated for this decoder's batch size."""
+        """The decode loop and the model's caches, allocated for this decoder's batch size, and its logit projection."""
         # another decoder may share the model and have reallocated its caches for other shapes
         shape = (self.batch_size, self.n_slots, self.group)
         caches_fit = (self.model.batch_size, self.model.n_slots, self.model.group) == shape
         if self.owns_caches and not caches_fit:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
+        self.model.decoder.projection = self.projection
         if self.loop is None or not caches_fit:
             self.model.setup_caches(*shape)
             if self.group > 1:
@@ -240,47 +235,6 @@ class BatchDecoder:
             return [best_hypothesis(h, penalty) for h in window_hypotheses(loop, n)]
         rows = loop.sampled[:n].cpu().tolist()
         return [(until_eot(row, eot), lp) for row, lp in zip(rows, loop.sum_logprobs[:n].cpu().tolist())]
-
-    @torch.no_grad()
-    def align(self, texts_in: list[list[int] | None], windows: list[Window], languages: list[str]) -> list[list[WordTiming]]:
-        """Word alignments for the windows of the batch just decoded, whose cross-attention K/V
-        the model still holds: texts[i] is window i's text tokens (None: no words wanted).
-
-        One teacher-forced pass over every row's [sot_sequence, no_timestamps, text, eot]
-        (openai-whisper's find_alignment) collects the alignment heads' attention logits; the
-        rest is per window (wtx.timing). Eager on every backend: the compiled functions are not
-        touched, so nothing recompiles."""
-        tokenizer = self.tokenizer
-        start = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
-        rows = [start + text + [tokenizer.eot] if text and len(text) + len(start) < self.n_slots else None
-                for text in texts_in]  # fmt: skip
-        if not any(rows):
-            return [[] for _ in texts_in]
-        width = max(len(row) for row in rows if row)
-        padded = [(row or start) + [tokenizer.eot] * (width - len(row or start)) for row in rows]
-        padded += [padded[0]] * (self.batch_size - len(padded))
-        tokens = torch.tensor(padded, device=self.device)
-        language_at = self.sot_index + 1
-        if self.dims.is_multilingual:
-            codes = languages + [languages[0]] * (self.batch_size - len(languages))
-            tokens[:, language_at] = torch.tensor([tokenizer.to_language_token(c) for c in codes], device=self.device)
-        decoder = self.model.decoder
-        weights: list[torch.Tensor] = []
-        pad = torch.zeros(self.batch_size, dtype=torch.long, device=self.device)
-        hidden = decoder.hidden(tokens, self.slots[:width], pad, self.alignment_heads, weights)
-        qk = torch.cat(weights, dim=1)  # [B, alignment heads, T, n_audio_ctx]
-        n_sot = len(tokenizer.sot_sequence)
-        wanted = [i for i, row in enumerate(rows) if row]
-        texts, probs = [], []
-        for i in wanted:
-            text = rows[i][len(start) : -1]
-            logits = decoder.logits(hidden[i : i + 1, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
-            at = torch.arange(len(text), device=self.device)
-            probs.append(logits.softmax(dim=-1)[at, torch.tensor(text, device=self.device)].tolist())
-            texts.append(text)
-        frames = [window_frames(windows[i]) for i in wanted]
-        aligned = dict(zip(wanted, find_alignments(qk[wanted], texts, probs, frames, tokenizer)))
-        return [aligned.get(i, []) for i in range(len(texts_in))]
 
     def results(self, windows, hypotheses, no_speech_probs, language_tokens, temperatures) -> list[WindowResult]:
         no_speech = no_speech_probs.float().cpu().tolist()

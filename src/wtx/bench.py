@@ -57,6 +57,7 @@ class PassResult:
     agreement: dict | None = None
     reference_wer: float | None = None
     speedup: float | None = None
+    quantized: bool = False  # int8 logits (wtx.quantize): not a decoding option; agreement shows its cost
 
     @property
     def median_s(self) -> float:

@@ -93,6 +93,7 @@ def run_bench(
     files: list[str], *, model: str, batch_size: int, compare_eager: bool, max_windows: int | None,
     repeat: int, reference: Path | None, json_path: Path | None, plot_path: Path | None,
     device: str | None, dtype: str | None, threads: int | None, compile: bool, quiet: bool, beam_size: int = 1,
+    quantize: str = "auto",
 ) -> int:  # fmt: skip
     import torch
 
@@ -122,11 +123,14 @@ def run_bench(
     # (and at temperature 0 only: no fallback, so best_of plays no part)
     engine_options = dict(model=model, device=str(torch_device), dtype=dtype_name, batch_size=batch_size,
                           condition_on_previous_text=False, decoding=DecodingOptions(beam_size=beam_size))  # fmt: skip
-    eager = Engine(EngineOptions(**engine_options))
+    try:
+        eager = Engine(EngineOptions(**engine_options, quantize=quantize))
+    except ValueError as e:  # --quantize int8 where it cannot run
+        stderr.print(f"[bold red]error:[/] {e}", highlight=False)
+        return 1
     tokenizer = eager.tokenizer
     how = f"beam {beam_size}" if beam_size > 1 else "greedy"
-    weights = " (int8 logits)" if eager.quantized else ""
-    options = f"{how}, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}{weights}, {torch_device}"
+    options = f"{how}, timestamps, language=en, sample_len={eager.sample_len}, {dtype_name}, {torch_device}"
     beam = {"beam_size": beam_size} if beam_size > 1 else {}
 
     def to_text(token_lists):
@@ -142,7 +146,8 @@ def run_bench(
         for bs in dict.fromkeys([1, batch_size]):
             decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16, **beam)])(bs)
             plans.append((f"stock eager b{bs}", "stock", bs, decode))
-    plans.append((f"wtx eager b{batch_size}", "wtx-eager", batch_size, engine_decode(eager)))
+    int8 = " int8" if eager.quantized else ""
+    plans.append((f"wtx eager b{batch_size}{int8}", "wtx-eager", batch_size, engine_decode(eager)))
 
     compile_info = None
     # no refresh thread: it would compete for the GIL with the launch-bound eager passes it times
@@ -163,6 +168,7 @@ def run_bench(
             task = progress.add_task(name, total=len(windows) * repeat)
             results.append(run_pass(name, kind, bs, windows, options, decode, to_text, repeat, torch_device,
                                     on_window=lambda n, t=task: advance(t, n)))  # fmt: skip
+            results[-1].quantized = kind == "wtx-eager" and eager.quantized
         if compile:
             task = progress.add_task(f"compiling b{batch_size}", total=None)
             progress.refresh()
@@ -195,7 +201,7 @@ def run_bench(
 
     report_json = {
         "schema": SCHEMA_VERSION, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "versions": _versions(),
-        "device": _device_name(torch_device), "model": model, "dtype": dtype_name, "quantized": eager.quantized,
+        "device": _device_name(torch_device), "model": model, "dtype": dtype_name,
         "batch_size": batch_size, "beam_size": beam_size,
         "repeat": repeat, "inputs": sources, "windows": len(windows),
         "audio_seconds": sum(w.duration for w in windows), "options": options,

@@ -78,6 +78,11 @@ def _parse_batch_size(value: str) -> int | None:
     return int(value)
 
 
+def _check_choice(value: str, choices: tuple[str, ...], flag: str) -> None:
+    if value not in choices:
+        raise typer.BadParameter(f"choose {', '.join(choices[:-1])} or {choices[-1]}", param_hint=flag)
+
+
 def _check_device(device: str | None) -> None:
     """Usage errors (exit 2) for a device this torch cannot use, saying which ones it can."""
     import re
@@ -158,14 +163,10 @@ def transcribe(
     formats = _parse_formats(output_format or ("txt" if to_stdout else "txt,srt"))
     if to_stdout and len(formats) > 1:
         raise typer.BadParameter("with -o - (stdout) choose one format", param_hint="--format")
-    if dtype not in ("auto", "fp32", "fp16", "bf16"):
-        raise typer.BadParameter("choose auto, fp32, fp16 or bf16", param_hint="--dtype")
-    if quantize not in ("auto", "int8", "none"):
-        raise typer.BadParameter("choose auto, int8 or none", param_hint="--quantize")
-    if task not in ("transcribe", "translate"):
-        raise typer.BadParameter("choose transcribe or translate", param_hint="--task")
-    if split not in ("silence", "fixed"):
-        raise typer.BadParameter("choose silence or fixed", param_hint="--split")
+    _check_choice(dtype, ("auto", "fp32", "fp16", "bf16"), "--dtype")
+    _check_choice(quantize, ("auto", "int8", "none"), "--quantize")
+    _check_choice(task, ("transcribe", "translate"), "--task")
+    _check_choice(split, ("silence", "fixed"), "--split")
     _check_device(device)
     rows = _parse_batch_size(batch_size)
     if beam_size > 1 and round(beam_size * patience) < 1:
@@ -228,6 +229,7 @@ def bench(
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help=BENCH_DTYPE_HELP)] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", min=1, help="CPU threads for torch.")] = None,
+    quantize: Annotated[str, typer.Option("--quantize", help="The wtx eager pass's --quantize, as for transcribe: auto, int8 or none (stock and compiled passes run without it; the agreement shows its cost).")] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or table on stderr.")] = False,
 ) -> None:
     """Time stock eager Whisper and the wtx engine on the same windows; report speedup and agreement."""
@@ -243,8 +245,9 @@ def bench(
         if expanded.problems:
             raise typer.BadParameter("; ".join(expanded.problems), param_hint="FILES")
         files = [i.path for i in expanded.inputs]
-    if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
-        raise typer.BadParameter("choose fp32, fp16 or bf16", param_hint="--dtype")
+    if dtype is not None:
+        _check_choice(dtype, ("fp32", "fp16", "bf16"), "--dtype")
+    _check_choice(quantize, ("auto", "int8", "none"), "--quantize")
     _check_device(device)
     from wtx.bench_job import run_bench
 
@@ -252,6 +255,7 @@ def bench(
         files, model=model, batch_size=batch_size, compare_eager=compare_eager, max_windows=windows,
         repeat=repeat, reference=reference, json_path=json_path, plot_path=plot, device=device,
         dtype=dtype, threads=threads, compile=compile, quiet=quiet, beam_size=beam_size,
+        quantize=quantize,
     )  # fmt: skip
     raise typer.Exit(code)
 

@@ -17,13 +17,14 @@ import torch
 
 from wtx import batch as batch_module, beam, compiled, decode, features, model as model_module
 from wtx.audio import Window
+from wtx.align import BatchAligner
 from wtx.autobatch import pick_batch_size
 from wtx.batch import BatchDecoder
 from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
 from wtx.model import Whisper, load_model
 from wtx.options import EngineOptions
-from wtx.quantize import quantize_model
+from wtx.quantize import int8_projection
 from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
@@ -93,8 +94,6 @@ class Engine:
             model = load_model(load_checkpoint(options.model), self.device, self.dtype)
         self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
                                        options.decoding.beam_size)  # fmt: skip
-        if self.quantized:
-            quantize_model(model)
         self.model = model
         self.dims = model.dims
         if options.batch_size is None:  # resolved once: the options say what ran
@@ -108,6 +107,9 @@ class Engine:
         self.max_prompt = self.dims.n_text_ctx // 2 - 1 if options.condition_on_previous_text else 0
         self.batch = BatchDecoder(model, self.tokenizer, decoding, options.batch_size, self.max_prompt,
                                   options.check_every, self.dtype)  # fmt: skip
+        # this engine's own: a model shared with other engines is left as it was
+        self.batch.projection = int8_projection(model) if self.quantized else None
+        self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None
         if options.compile:
@@ -131,7 +133,7 @@ class Engine:
             return self.decode_batch(windows, prompts=prompts, temperatures=temperatures, languages=languages)
 
         detect = self.detect_language if self.dims.is_multilingual else None
-        align = self.batch.align if word_timestamps else None
+        align = self.align if word_timestamps else None
         return StreamScheduler(decode, self.tokenizer, options, detect, align)
 
     def detect_language(self, window: Window) -> str:

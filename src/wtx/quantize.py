@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from wtx.model import Whisper
 
-__all__ = ["Int8Linear", "quantize_model"]
+__all__ = ["Int8Linear", "int8_projection"]
 
 GRID = 63.5  # fbgemm's dynamic linear (reduce_range) maps [-1, 1] onto 0..127: a grid of 1 / 63.5
 STEPS = 63  # the grid points used on either side of zero, all of them inside [-1, 1]
@@ -59,7 +59,9 @@ class Int8Linear(nn.Module):
         fine = (unit - coarse).mul_(2 * STEPS).round_()  # its rounding error, as integers too
         # one call for both, so the weights are read once; the anchor row pins fbgemm's range to
         # [-1, 1], whose grid (1 / GRID) holds these integers / GRID exactly
-        steps = torch.cat([coarse, fine]).div_(GRID)
+        # (a row holding NaN or inf is zeroed for fbgemm, whose range check refuses it; its scale
+        # makes its logits NaN, as in float32)
+        steps = torch.cat([coarse, fine]).div_(GRID).nan_to_num_(0.0, 0.0, 0.0)
         products = torch.ops.quantized.linear_dynamic(torch.cat([steps, self.anchor]), self.packed, True)
         y = products[n : 2 * n].mul(1 / (2 * STEPS)).add_(products[:n]).mul_(scale * (GRID / STEPS))
         if self.bias is not None:
@@ -70,13 +72,12 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def quantize_model(model: Whisper) -> Whisper:
-    """The logit projection (the token embedding's transpose, 51,864 x 384 numbers that every
-    decode step reads whole) in int8; in place. On 2 cores without AVX-512 (torch 2.13.0,
+def int8_projection(model: Whisper) -> Int8Linear:
+    """The model's logit projection (the token embedding's transpose, 51,864 x 384 numbers that
+    every decode step reads whole) in int8, for TextDecoder.projection. On 2 cores without AVX-512 (torch 2.13.0,
     8 rows) it took 4.9 ms against 23.7 ms in float32. The other linear layers stay float32:
     int8 measured slower there, by up to 4.9x in the encoder (1,500 rows a window, where float32
     GEMMs run near their peak) and no faster in a decode step (8 rows of 384). CPU, float32 only."""
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError(f"int8 weights run on a CPU in float32; this model is {model.dtype} on {model.device}")
-    model.decoder.projection = Int8Linear(model.decoder.token_embedding.weight)
-    return model
+    return Int8Linear(model.decoder.token_embedding.weight)

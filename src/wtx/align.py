@@ -1,0 +1,63 @@
+"""The aligning pass for word timestamps: after a batch is decoded, one teacher-forced decoder
+pass over every window's [sot_sequence, no_timestamps, text, eot] (openai-whisper's
+find_alignment) collects the alignment heads' attention logits, on the cross-attention K/V the
+model still holds from that batch. The rest is per window (wtx.timing)."""
+
+import torch
+
+from wtx.audio import Window
+from wtx.batch import BatchDecoder
+from wtx.timing import find_alignments, window_frames
+from wtx.words import WordTiming
+
+__all__ = ["BatchAligner"]
+
+
+class BatchAligner:
+    """Word alignments for the batch a BatchDecoder just decoded. Eager on every backend: the
+    compiled functions are not touched, so nothing recompiles."""
+
+    def __init__(self, batch: BatchDecoder):
+        self.batch = batch
+        layers: dict[int, list[int]] = {}
+        for layer, head in batch.model.alignment_heads:
+            layers.setdefault(layer, []).append(head)
+        # layer -> its alignment heads
+        self.heads = {layer: torch.tensor(h, device=batch.device) for layer, h in layers.items()}
+
+    @torch.no_grad()
+    def __call__(self, texts_in: list[list[int] | None], windows: list[Window], languages: list[str]) -> list[list[WordTiming]]:
+        """texts_in[i] is window i's text tokens (None: no words wanted); the windows and their
+        languages are the batch's, in its order."""
+        batch = self.batch
+        tokenizer, device = batch.tokenizer, batch.device
+        start = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        rows = [start + text + [tokenizer.eot] if text and len(text) + len(start) < batch.n_slots else None
+                for text in texts_in]  # fmt: skip
+        if not any(rows):
+            return [[] for _ in texts_in]
+        width = max(len(row) for row in rows if row)
+        padded = [(row or start) + [tokenizer.eot] * (width - len(row or start)) for row in rows]
+        padded += [padded[0]] * (batch.batch_size - len(padded))
+        tokens = torch.tensor(padded, device=device)
+        if batch.dims.is_multilingual:
+            codes = languages + [languages[0]] * (batch.batch_size - len(languages))
+            language = torch.tensor([tokenizer.to_language_token(c) for c in codes], device=device)
+            tokens[:, batch.sot_index + 1] = language
+        decoder = batch.model.decoder
+        weights: list[torch.Tensor] = []
+        pad = torch.zeros(batch.batch_size, dtype=torch.long, device=device)
+        hidden = decoder.hidden(tokens, batch.slots[:width], pad, self.heads, weights)
+        qk = torch.cat(weights, dim=1)  # [B, alignment heads, T, n_audio_ctx]
+        n_sot = len(tokenizer.sot_sequence)
+        wanted = [i for i, row in enumerate(rows) if row]
+        texts, probs = [], []
+        for i in wanted:
+            text = rows[i][len(start) : -1]
+            logits = decoder.logits(hidden[i : i + 1, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
+            at = torch.arange(len(text), device=device)
+            probs.append(logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist())
+            texts.append(text)
+        frames = [window_frames(windows[i]) for i in wanted]
+        aligned = dict(zip(wanted, find_alignments(qk[wanted], texts, probs, frames, tokenizer)))
+        return [aligned.get(i, []) for i in range(len(texts_in))]
