@@ -13,6 +13,7 @@ from functools import partial
 
 import torch
 
+from wtx import startup
 from wtx.audio import N_FRAMES, N_SAMPLES
 from wtx.batch import BatchDecoder, silent_window
 from wtx.decode import DecodeLoop
@@ -138,12 +139,14 @@ class CompiledRunner:
         started = time.perf_counter()
         warnings: list[str] = []
         compile_cache.configure()
+        startup.mark("Dynamo and Inductor imported")
         key = compile_cache.bundle_key(batch.dims, batch.device, batch.dtype, batch.batch_size, self.variant(), sources)
         loaded = False
         try:
             loaded = compile_cache.load_bundle(key)
         except compile_cache.CorruptBundle as e:
             warnings.append(f"{e}; compiling from scratch")
+        startup.mark("Inductor's cache bundle loaded")
         saved = all(compile_cache.function_path(key, name).is_file() for name in FUNCTION_NAMES)
         if on_status is not None:
             on_status(f"loading the compiled encoder and decode step (batch {batch.batch_size}) ..." if loaded and saved
@@ -190,9 +193,12 @@ class CompiledRunner:
         batch.steps_per_call = 1
         if precompiled is None:  # eager step, or compiled just in time: first calls compile (or load) the graphs
             self._warm_up()
+            startup.mark("warmed up (compiling just in time)")
         if self.cuda_graph:  # capture() warms each graph's code up
             self._capture_cuda_graphs(step)
+            startup.mark("CUDA graphs captured")
             self._warm_up()  # one replay of each graph before real work
+            startup.mark("CUDA graphs replayed once")
         return precompiled
 
     def _ahead_of_time(self, key: str, loop: DecodeLoop, warnings: list[str]):
@@ -211,6 +217,7 @@ class CompiledRunner:
             warnings.append(f"{e}; compiling from scratch")
             compile_cache.remove_functions(key, names)
             functions = [None]
+        startup.mark("compiled functions read")
         source = "loaded"
         mel = torch.zeros(batch.batch_size, batch.dims.n_mels, N_FRAMES, dtype=batch.dtype, device=batch.device)
         if not all(functions):
@@ -234,6 +241,7 @@ class CompiledRunner:
             for sample, fn in steps.items():
                 with step_variant(loop, sample):
                     fits = fits and fn.guard_check(loop)
+        startup.mark("compiled (first run)" if source == "compiled" else "guards checked")
         if not fits:
             if source == "loaded":  # saved by another build of torch or wtx: not to be tried again
                 compile_cache.remove_functions(key, names)

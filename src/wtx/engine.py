@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import torch
 
-from wtx import batch as batch_module, beam, compiled, decode, features, model as model_module
+from wtx import batch as batch_module, beam, compiled, decode, features, model as model_module, startup
 from wtx.audio import Window
 from wtx.align import BatchAligner
 from wtx.autobatch import pick_batch_size
@@ -91,7 +91,10 @@ class Engine:
         if self.device.type == "cuda":
             repeatable_attention()
         if model is None:
-            model = load_model(load_checkpoint(options.model), self.device, self.dtype)
+            checkpoint = load_checkpoint(options.model)
+            startup.mark("weights read")
+            model = load_model(checkpoint, self.device, self.dtype)
+            startup.mark("model on the device (CUDA initialised)" if self.device.type == "cuda" else "model built")
         self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
                                        options.decoding.beam_size)  # fmt: skip
         self.model = model

@@ -91,6 +91,7 @@ class Job:
     word_timestamps: bool = False
     subtitles: SubtitleOptions = SubtitleOptions()
     ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
+    profile_startup: bool = False  # print where the start went (wtx.startup) once the model is ready
 
 
 def _error(message: str) -> None:
@@ -238,8 +239,10 @@ def _status(line: str) -> None:
 def _local_backend(options, job: Job) -> "_Backend | int":
     import torch
 
+    from wtx import startup
     from wtx.engine import CompileError, Engine
 
+    startup.mark("import torch")
     started = time.perf_counter()
     try:
         engine = Engine(options, on_status=None if job.quiet else _status)
@@ -250,6 +253,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     report = engine.compile_report
     for warning in report.warnings if report else []:
         _warn(warning)
+    startup.mark("engine ready")
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
@@ -268,6 +272,9 @@ def _local_backend(options, job: Job) -> "_Backend | int":
             return 1
         if detector is None:
             _warn(f"silero-vad is not installed, so only silence is skipped and noise may turn into text: {INSTALL}")
+        startup.mark("voice-activity detector loaded")
+    if job.profile_startup:
+        stderr.print(startup.table(), highlight=False, markup=False)
     stock = None
     if job.compare_eager:
         from wtx.reference import load_stock_model
