@@ -5,8 +5,8 @@
     python scripts/startup.py FILES... --warm 3 --json out.json -- --model tiny.en --beam-size 1
 
 Runs, each a new process, sharing a wtx cache that starts empty (or --cache):
-1. `wtx transcribe FILES --compile --profile-startup` once: the cold compile (and the bytecode
-   wtx keeps, where the install has none);
+1. `wtx transcribe FILES --compile --profile-startup` once (`--steps graphs`: without --compile,
+   the default): the cold compile, and the bytecode wtx keeps where the install has none;
 2. the baseline, --baseline times: `import torch` and a first CUDA tensor (synchronized), with the
    same bytecode folder wtx uses, so both sides read the same kept bytecode;
 3. the same transcribe command --warm times, loading the artifacts the first run saved.
@@ -71,6 +71,8 @@ def main() -> int:
     parser.add_argument("--warm", type=int, default=3, help="processes that load the saved artifacts")
     parser.add_argument("--baseline", type=int, default=3, help="processes of import torch and a CUDA tensor")
     parser.add_argument("--cache", help="the wtx cache to use (default: a new, empty one)")
+    parser.add_argument("--steps", choices=("compile", "graphs"), default="compile",
+                        help="compile: --compile (Inductor); graphs: the default on CUDA (CUDA graphs of the eager kernels)")
     parser.add_argument("--json")
     args, wtx_args = parser.parse_known_args()
     wtx_args = [a for a in wtx_args if a != "--"]
@@ -83,7 +85,7 @@ def main() -> int:
     def transcribe(kind: str, i: int) -> None:
         out = work / f"{kind}{i}"
         command = [sys.executable, "-m", "wtx", "transcribe", *args.files, "-o", str(out), "-f", "txt",
-                   "--no-resume", "--compile", "--profile-startup", *wtx_args]  # fmt: skip
+                   "--no-resume", *(["--compile"] if args.steps == "compile" else []), "--profile-startup", *wtx_args]  # fmt: skip
         wall, proc = timed(command, env)
         row = {"kind": kind, "run": i, "returncode": proc.returncode, "wall_s": round(wall, 3), **parse(proc.stderr)}
         if proc.returncode != 0:

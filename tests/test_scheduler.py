@@ -154,8 +154,13 @@ def outputs(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if not p.name.startswith(".")}
 
 
+def _mode_flags(mode: str) -> list[str]:
+    """compile: greedy, to keep the CPU's compiles short (compiled beam search is tested in test_compile)."""
+    return ["--compile", "--beam-size", "1"] if mode == "compile" else []
+
+
 def transcribe(files, out: Path, mode: str) -> None:
-    extra = ["--compile"] if mode == "compile" else []
+    extra = _mode_flags(mode)
     result = run_wtx("transcribe", *map(str, files), "-o", str(out), "-f", ",".join(FORMATS), "-b", "2", *extra,
                      env=COMPILE_ON_CPU)  # fmt: skip
     assert result.returncode == 0, result.stderr.decode()[-3000:]
@@ -175,7 +180,7 @@ def test_the_same_bytes_alone_together_reversed_and_resumed(three_files, tmp_pat
     assert outputs(tmp_path / "reversed") == alone
 
     killed = tmp_path / "killed"
-    extra = ["--compile"] if mode == "compile" else []
+    extra = _mode_flags(mode)
     command = [sys.executable, "-m", "wtx", "transcribe", *map(str, three_files), "-o", str(killed),
                "-f", ",".join(FORMATS), "-b", "2", *extra]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **COMPILE_ON_CPU})

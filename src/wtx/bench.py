@@ -42,7 +42,7 @@ def windows_fingerprint(windows: Sequence[Window]) -> str:
 @dataclass
 class PassResult:
     name: str
-    kind: str  # "stock", "wtx-eager" or "wtx-compiled"
+    kind: str  # "stock", "wtx-eager", "wtx-graphs" (CUDA) or "wtx-compiled"
     batch_size: int
     windows: int
     audio_seconds: float

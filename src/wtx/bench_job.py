@@ -124,7 +124,7 @@ def run_bench(
     engine_options = dict(model=model, device=str(torch_device), dtype=dtype_name, batch_size=batch_size,
                           condition_on_previous_text=False, decoding=DecodingOptions(beam_size=beam_size))  # fmt: skip
     try:
-        eager = Engine(EngineOptions(**engine_options, quantize=quantize))
+        eager = Engine(EngineOptions(**engine_options, quantize=quantize, cuda_graph=False))
     except ValueError as e:  # --quantize int8 where it cannot run
         stderr.print(f"[bold red]error:[/] {e}", highlight=False)
         return 1
@@ -148,6 +148,9 @@ def run_bench(
             plans.append((f"stock eager b{bs}", "stock", bs, decode))
     int8 = " int8" if eager.quantized else ""
     plans.append((f"wtx eager b{batch_size}{int8}", "wtx-eager", batch_size, engine_decode(eager)))
+    if torch_device.type == "cuda":  # the default on CUDA: the same kernels, replayed as CUDA graphs
+        graphs = Engine(EngineOptions(**engine_options, quantize=quantize))
+        plans.append((f"wtx graphs b{batch_size}", "wtx-graphs", batch_size, engine_decode(graphs)))
 
     compile_info = None
     # no refresh thread: it would compete for the GIL with the launch-bound eager passes it times

@@ -138,6 +138,7 @@ def transcribe(
     vad: Annotated[bool, typer.Option("--vad/--no-vad", help="Drop windows that hold no speech (Silero VAD) before decoding, so noise, tones and music do not turn into invented text. --no-vad keeps only the silence rules.")] = True,
     compare_eager: Annotated[bool, typer.Option("--compare-eager", help="First run stock openai-whisper eager on the same windows, then show wtx's live speedup over it and in the summary.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or summary; errors are still printed.")] = False,
+    cuda_graphs: Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay the decode steps as CUDA graphs, captured at start-up: of the eager kernels (about a second; the same text as eager), or with --compile of Inductor's code. --no-cuda-graphs launches every kernel from Python.")] = True,
     profile_startup: Annotated[bool, typer.Option("--profile-startup", help="Once the model is ready, print where the start went on stderr: each phase (imports, CUDA, weights, compiled artifacts, CUDA graphs) with its seconds, timed from the process's start.")] = False,
     ray: Annotated[Optional[str], typer.Option("--ray", metavar="local|auto|HOST:PORT", help="Run on Ray Data (pip install 'wtx[ray]'): 'local' starts Ray on this machine, 'auto' joins the cluster this machine belongs to, HOST:PORT joins that head. Files are cut into chunks on the cluster's CPUs and decoded by a pool of workers, one per GPU; the outputs equal a single process's on the same kind of device. Inputs must be readable at the same path on every node.", show_default=False)] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="With --ray: decoding workers, each holding one engine (default: one per GPU of the cluster; on CPUs, one).", show_default=False)] = None,
@@ -194,7 +195,7 @@ def transcribe(
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
         beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,
-        word_timestamps=word_timestamps, subtitles=subtitles, ray=cluster, profile_startup=profile_startup,
+        word_timestamps=word_timestamps, subtitles=subtitles, ray=cluster, cuda_graphs=cuda_graphs, profile_startup=profile_startup,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 

@@ -28,7 +28,7 @@ class CompileError(RuntimeError):
 
 @dataclass
 class CompileReport:
-    source: str  # "compiled", "loaded" (from the on-disk cache) or "eager" (fallback)
+    source: str  # "compiled", "loaded" (from the on-disk cache), "graphs" (CUDA graphs of eager kernels) or "eager" (fallback)
     seconds: float
     warnings: list[str] = field(default_factory=list)
     ahead_of_time: bool = False  # compiled with aot_compile (loaded without tracing), else just in time
@@ -138,6 +138,11 @@ class CompiledRunner:
         batch = self.batch
         started = time.perf_counter()
         warnings: list[str] = []
+        if self.step_backend == "eager":  # CUDA graphs of the eager kernels: nothing for Dynamo or Inductor
+            if on_status is not None:
+                on_status(f"capturing CUDA graphs of the decode step (batch {batch.batch_size}) ...")
+            failed = self._fall_back(lambda: self._build("", warnings), started, warnings)
+            return failed or CompileReport("graphs", time.perf_counter() - started, warnings)
         compile_cache.configure()
         startup.mark("Dynamo and Inductor imported")
         key = compile_cache.bundle_key(batch.dims, batch.device, batch.dtype, batch.batch_size, self.variant(), sources)
@@ -152,17 +157,16 @@ class CompiledRunner:
             on_status(f"loading the compiled encoder and decode step (batch {batch.batch_size}) ..." if loaded and saved
                       else f"compiling the encoder and decode step for batch {batch.batch_size} "
                            "(first run only: later runs load it) ...")  # fmt: skip
-        try:
+        built = []
+
+        def build():
             with compile_cache.in_process(loaded and saved):  # only loading: no compile workers
-                precompiled = self._build(key, warnings)
-        except UntrustedCache:
-            raise
-        except Exception as e:
-            if self.strict:
-                raise CompileError(f"torch.compile failed: {type(e).__name__}: {e}") from e
-            self._reset_eager()
-            warnings.append(f"torch.compile failed ({type(e).__name__}: {e}); continuing eager")
-            return CompileReport("eager", time.perf_counter() - started, warnings)
+                built.append(self._build(key, warnings))
+
+        failed = self._fall_back(build, started, warnings)
+        if failed:
+            return failed
+        precompiled = built[0]
         if not loaded:
             try:
                 compile_cache.save_bundle(key)
@@ -170,6 +174,22 @@ class CompiledRunner:
                 warnings.append(f"could not save compiled artifacts: {e}")
         source = "loaded" if precompiled == "loaded" or (loaded and precompiled is None) else "compiled"
         return CompileReport(source, time.perf_counter() - started, warnings, ahead_of_time=precompiled is not None)
+
+    def _fall_back(self, build: Callable[[], object], started: float, warnings: list[str]) -> CompileReport | None:
+        """Runs build(); where it fails, the decoder is left eager and the report says so
+        (CompileError when strict; an untrusted cache is always an error)."""
+        try:
+            build()
+        except UntrustedCache:
+            raise
+        except Exception as e:
+            what = "torch.compile" if self.step_backend == "inductor" else "CUDA graph capture"
+            if self.strict:
+                raise CompileError(f"{what} failed: {type(e).__name__}: {e}") from e
+            self._reset_eager()
+            warnings.append(f"{what} failed ({type(e).__name__}: {e}); continuing eager")
+            return CompileReport("eager", time.perf_counter() - started, warnings)
+        return None
 
     def _build(self, key: str, warnings: list[str]) -> str | None:
         """Compiles (or loads) the encoder and both step variants, then captures CUDA graphs.
@@ -191,9 +211,9 @@ class CompiledRunner:
                 step = torch.compile(loop, fullgraph=True, dynamic=False)
         batch.step = step
         batch.steps_per_call = 1
-        if precompiled is None:  # eager step, or compiled just in time: first calls compile (or load) the graphs
+        if precompiled is None:  # eager step (its first decode allocates the caches the graphs hold), or compiled just in time
             self._warm_up()
-            startup.mark("warmed up (compiling just in time)")
+            startup.mark("warmed up" if step is loop else "warmed up (compiling just in time)")
         if self.cuda_graph:  # capture() warms each graph's code up
             self._capture_cuda_graphs(step)
             startup.mark("CUDA graphs captured")

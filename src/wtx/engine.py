@@ -118,6 +118,9 @@ class Engine:
         if options.compile:
             runner = CompiledRunner(self.batch, options.step_backend, options.cuda_graph, options.strict)
             self.compile_report = runner.compile(TRACED_SOURCES, on_status)
+        elif options.cuda_graph and self.device.type == "cuda":  # no compile: the eager kernels, replayed
+            runner = CompiledRunner(self.batch, "eager", True, options.strict)
+            self.compile_report = runner.compile(TRACED_SOURCES, on_status)
 
     def decode_batch(self, windows: list[Window], prompts=None, temperatures=None, languages=None) -> list[WindowResult]:
         """Up to batch_size windows decoded at once (see BatchDecoder.decode)."""

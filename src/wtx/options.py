@@ -48,7 +48,7 @@ class EngineOptions:
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
     compile: bool = False  # torch.compile the encoder and the decode step (Inductor)
     strict: bool = False  # a failed compile is an error instead of a warning and eager fallback
-    cuda_graph: bool = True  # on CUDA, replay the compiled decode steps as one CUDA graph
+    cuda_graph: bool = True  # on CUDA, replay the decode steps as CUDA graphs: Inductor's with compile, else the eager kernels'
     step_backend: str = "inductor"  # "inductor", or "eager": CUDA-graph the eager kernels only
     seek_tails: bool = True  # re-decode audio a window left undecoded, as transcribe() seeks
     condition_on_previous_text: bool = True  # prompt each window with its stream's previous text

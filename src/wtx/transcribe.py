@@ -91,6 +91,7 @@ class Job:
     word_timestamps: bool = False
     subtitles: SubtitleOptions = SubtitleOptions()
     ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
+    cuda_graphs: bool = True  # on CUDA, replay the decode steps as CUDA graphs (with or without compile)
     profile_startup: bool = False  # print where the start went (wtx.startup) once the model is ready
 
 
@@ -201,7 +202,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         model=job.model, device=job.device, dtype=job.dtype, quantize=job.quantize, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
                                  patience=job.patience, length_penalty=job.length_penalty),
-        compile=compile,
+        compile=compile, cuda_graph=job.cuda_graphs,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
     with ExitStack() as stack:
@@ -221,7 +222,7 @@ class _Backend:
     device: str  # the device type: cpu or cuda
     dtype: str
     batch_size: int
-    compiled: bool
+    compiled: bool | str  # how the decode steps run (_steps_run_as)
     vad: bool
     threads: int | None  # torch's CPU threads, on a CPU
     events: Callable[[Iterator[Recording]], Iterator]  # recordings -> the scheduler's events
@@ -255,7 +256,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         _warn(warning)
     startup.mark("engine ready")
     if not job.quiet:
-        how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "eager": "running eager after"}
+        how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "graphs": "captured CUDA graphs in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
         weights = ", int8 logits" if engine.quantized else ""
         _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
@@ -283,7 +284,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         stock = load_stock_model(load_checkpoint(job.model), engine.device)
     model = Model(engine, detector)
     return _Backend(
-        engine.device.type, str(engine.dtype), batch_size, bool(report and report.source != "eager"),
+        engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
         detector, stock, engine, quantized=engine.quantized,
@@ -358,8 +359,16 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         except Exception as e:  # the job failed on the cluster: its first cause, and where Ray's log is
             raise WtxError(f"--ray: the job failed on the cluster: {_first_cause(e)} (Ray's log: {display(log)})") from e
 
-    return _Backend(resolved.device, resolved.dtype, resolved.batch_size, options.compile, settings.vad, threads,
+    graphs = resolved.device == "cuda" and options.cuda_graph
+    steps = _steps_run_as("compiled" if options.compile else "graphs" if graphs else "eager")
+    return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
                     events, stdout=out, quantized=quantized)  # fmt: skip
+
+
+def _steps_run_as(source: str) -> bool | str:
+    """How the decode steps ran, as journals record it: True (Inductor's code), "graphs" (CUDA
+    graphs of the eager kernels) or False (eager); a journal is resumed only the same way."""
+    return {"compiled": True, "loaded": True, "graphs": "graphs"}.get(source, False)
 
 
 def _saved(journals: list[tuple[str, int]]) -> str:
