@@ -12,7 +12,6 @@ time, decoding time, and how many words differ from the Inductor run's text.
 """
 
 import argparse
-import difflib
 import json
 import os
 import platform
@@ -20,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from reproducibility import words_differing  # scripts/, beside this one
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,12 +53,6 @@ report = engine.compile_report
 print(json.dumps({"phases": startup.phases(), "decoding_s": decoding_s, "texts": texts,
                   "source": report.source if report else "eager", "compile_s": report.seconds if report else None}))
 """
-
-
-def words_differing(a: str, b: str) -> int:
-    x, y = a.split(), b.split()
-    matcher = difflib.SequenceMatcher(a=x, b=y, autojunk=False)
-    return sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in matcher.get_opcodes() if op != "equal")
 
 
 def main() -> int:

@@ -115,11 +115,10 @@ class Engine:
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None
-        if options.compile:
-            runner = CompiledRunner(self.batch, options.step_backend, options.cuda_graph, options.strict)
-            self.compile_report = runner.compile(TRACED_SOURCES, on_status)
-        elif options.cuda_graph and self.device.type == "cuda":  # no compile: the eager kernels, replayed
-            runner = CompiledRunner(self.batch, "eager", True, options.strict)
+        graphs_only = not options.compile and options.cuda_graph and self.device.type == "cuda"
+        if options.compile or graphs_only:  # graphs_only: the eager kernels, replayed as CUDA graphs
+            backend = options.step_backend if options.compile else "eager"
+            runner = CompiledRunner(self.batch, backend, options.cuda_graph, options.strict)
             self.compile_report = runner.compile(TRACED_SOURCES, on_status)
 
     def decode_batch(self, windows: list[Window], prompts=None, temperatures=None, languages=None) -> list[WindowResult]:
