@@ -38,10 +38,17 @@ def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def timed(command, env) -> tuple[float, subprocess.CompletedProcess]:
+def timed(command, env) -> tuple[float, subprocess.CompletedProcess, float | None]:
+    """Wall time, the finished process, and when its summary line ("transcribed ...") arrived."""
     started = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, env=env)
-    return time.perf_counter() - started, proc
+    summary_at, lines = None, []
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        for line in proc.stderr:
+            lines.append(line)
+            if summary_at is None and line.startswith("transcribed "):
+                summary_at = time.perf_counter() - started
+    wall = time.perf_counter() - started
+    return wall, subprocess.CompletedProcess(command, proc.returncode, "", "".join(lines)), summary_at
 
 
 def parse(stderr: str) -> dict:
@@ -65,6 +72,11 @@ def parse(stderr: str) -> dict:
     return {"phases": phases, "lines": lines, "decoding_s": decoding}
 
 
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+")
@@ -86,13 +98,15 @@ def main() -> int:
         out = work / f"{kind}{i}"
         command = [sys.executable, "-m", "wtx", "transcribe", *args.files, "-o", str(out), "-f", "txt",
                    "--no-resume", *(["--compile"] if args.steps == "compile" else []), "--profile-startup", *wtx_args]  # fmt: skip
-        wall, proc = timed(command, env)
-        row = {"kind": kind, "run": i, "returncode": proc.returncode, "wall_s": round(wall, 3), **parse(proc.stderr)}
+        wall, proc, summary_at = timed(command, env)
+        row = {"kind": kind, "run": i, "returncode": proc.returncode, "wall_s": round(wall, 3), **parse(proc.stderr),
+               "exit_after_summary_s": round(wall - summary_at, 3) if summary_at is not None else None}  # fmt: skip
         if proc.returncode != 0:
             row["stderr_tail"] = proc.stderr[-2000:]
         rows.append(row)
         ready = next((p["since_start"] for p in row["phases"] if p["phase"] == "engine ready"), None)
-        log(f"{kind} {i}: exit {proc.returncode}, {wall:.2f} s, ready at {ready} s, decoding {row['decoding_s']} s")
+        log(f"{kind} {i}: exit {proc.returncode}, {wall:.2f} s, ready at {ready} s, decoding {row['decoding_s']} s, "
+            f"exited {row['exit_after_summary_s']} s after its summary")
         for phase in row["phases"]:
             log(f"   {phase['phase']:<40} {phase['seconds']:7.2f} {phase['since_start']:7.2f}")
 
@@ -100,7 +114,7 @@ def main() -> int:
     bytecode = cache / "bytecode"
     base_env = {**env, **({"PYTHONPYCACHEPREFIX": str(bytecode)} if bytecode.is_dir() else {})}
     for i in range(args.baseline):
-        wall, proc = timed([sys.executable, "-c", BASELINE], base_env)
+        wall, proc, _ = timed([sys.executable, "-c", BASELINE], base_env)
         rows.append({"kind": "baseline", "run": i, "returncode": proc.returncode, "wall_s": round(wall, 3),
                      "kept_bytecode": bytecode.is_dir()})  # fmt: skip
         log(f"baseline {i}: {wall:.2f} s")
@@ -115,6 +129,7 @@ def main() -> int:
         "warm_ready_since_start_median_s": statistics.median(readies) if readies else None,
         "warm_wall_median_s": statistics.median(r["wall_s"] for r in warm) if warm else None,
         "warm_decoding_median_s": statistics.median(r["decoding_s"] for r in warm if r["decoding_s"]) if warm else None,
+        "warm_exit_after_summary_median_s": _median([r["exit_after_summary_s"] for r in warm]),
     }
     if baseline and readies:
         report["ready_after_baseline_s"] = round(report["warm_ready_since_start_median_s"] - baseline, 3)

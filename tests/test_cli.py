@@ -165,3 +165,23 @@ def test_multilingual_model_detects_the_language_once_per_file(tmp_path):
     en = json.loads((tmp_path / "sample.json").read_text())
     assert (de["language"], en["language"]) == ("de", "en")
     assert "abenteuerliche" in de["text"].lower()
+
+
+def test_the_process_exits_as_python_would_less_its_teardown():
+    """wtx's entry point ends with os._exit: the code SystemExit gives, every byte of stdout,
+    atexit callbacks run and other threads finished first."""
+    code = """
+import atexit, sys, threading, time
+from wtx.cli import _leave
+atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
+threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread finished\\n"))).start()
+sys.stdout.write("x" * 1_000_000)
+_leave(3)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert proc.stdout == "x" * 1_000_000
+    assert proc.stderr.splitlines() == ["thread finished", "atexit ran"]
+    failed = subprocess.run([sys.executable, "-c", "from wtx.cli import _leave; _leave('error: it broke')"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert (failed.returncode, failed.stderr) == (1, "error: it broke\n")

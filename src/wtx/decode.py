@@ -16,16 +16,18 @@ from wtx.segments import TIME_PRECISION
 
 
 def get_tokenizer(dims, language: str | None, task: str):
-    from whisper.tokenizer import get_tokenizer as whisper_tokenizer
+    from wtx.whisper_parts import tokenizer_module
 
-    return whisper_tokenizer(
+    return tokenizer_module().get_tokenizer(
         dims.is_multilingual, num_languages=dims.num_languages, language=language, task=task
     )
 
 
 def suppress_tokens(tokenizer) -> list[int]:
     """openai-whisper's suppress_tokens="-1" set plus the task and special tokens."""
-    tokens = set(tokenizer.non_speech_tokens)
+    from wtx.whisper_parts import non_speech_tokens
+
+    tokens = set(non_speech_tokens(tokenizer))
     tokens.update([tokenizer.transcribe, tokenizer.translate, tokenizer.sot])
     tokens.update([tokenizer.sot_prev, tokenizer.sot_lm])
     if tokenizer.no_speech is not None:
@@ -51,7 +53,7 @@ class LogitFilters(torch.nn.Module):
             suppress[tokenizer.eot] = True
         blank = torch.zeros(n_vocab, dtype=torch.bool, device=device)
         if options.suppress_blank:
-            blank[tokenizer.encode(" ") + [tokenizer.eot]] = True
+            blank[tokenizer.encoding.encode_ordinary(" ") + [tokenizer.eot]] = True
         last_initial = self.timestamp_begin + self.max_initial_timestamp_index
         initial = (vocab < self.timestamp_begin) | (vocab > last_initial)
         self.register_buffer("vocab", vocab, persistent=False)

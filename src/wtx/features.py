@@ -17,12 +17,9 @@ N_FFT = 400
 
 @lru_cache(maxsize=None)
 def _mel_filters_cpu(n_mels: int) -> torch.Tensor:
-    import os
+    from wtx.whisper_parts import asset
 
-    import whisper.audio
-
-    path = os.path.join(os.path.dirname(whisper.audio.__file__), "assets", "mel_filters.npz")
-    with np.load(path, allow_pickle=False) as f:
+    with np.load(asset("mel_filters.npz"), allow_pickle=False) as f:
         return torch.from_numpy(f[f"mel_{n_mels}"])
 
 

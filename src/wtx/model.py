@@ -333,11 +333,13 @@ def alignment_heads(checkpoint: dict, dims: ModelDimensions) -> list[tuple[int, 
     table for its model names, else openai-whisper's default: every head of the upper half."""
     if checkpoint.get("alignment_heads"):
         return sorted((int(layer), int(head)) for layer, head in checkpoint["alignment_heads"])
+    from wtx.whisper_parts import alignment_heads_table
+
     try:
-        from whisper import _ALIGNMENT_HEADS
+        table = alignment_heads_table()
     except ImportError:
-        _ALIGNMENT_HEADS = {}
-    dump = _ALIGNMENT_HEADS.get(Path(str(checkpoint.get("name", ""))).name.removesuffix(".pt"))
+        table = {}
+    dump = table.get(Path(str(checkpoint.get("name", ""))).name.removesuffix(".pt"))
     if dump is not None:
         mask = np.frombuffer(gzip.decompress(base64.b85decode(dump)), dtype=bool)
         if mask.size == dims.n_text_layer * dims.n_text_head:
