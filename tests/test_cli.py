@@ -185,3 +185,12 @@ _leave(3)
     failed = subprocess.run([sys.executable, "-c", "from wtx.cli import _leave; _leave('error: it broke')"],
                             capture_output=True, text=True)  # fmt: skip
     assert (failed.returncode, failed.stderr) == (1, "error: it broke\n")
+
+
+def test_a_profiled_process_keeps_its_profile(tmp_path):
+    """cProfile writes its file after the program returns: wtx's fast exit must not skip it."""
+    out = tmp_path / "wtx.prof"
+    proc = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "wtx", "cache", "info"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_size > 0

@@ -316,14 +316,24 @@ def main() -> None:
     _leave(code)
 
 
+def _monitored() -> bool:
+    """Whether a profiler or debugger watches through sys.monitoring (cProfile from Python 3.12)."""
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
+
+
 def _leave(code) -> None:
     """Ends the process as Python's own exit does, less tearing down its modules: torch's teardown
     (CUDA's included) takes most of a second once the work is done. Other non-daemon threads are
     waited for, atexit callbacks run (Inductor's caches, Ray's shutdown), and the streams are
-    flushed; then the process exits with `code`, as SystemExit gives it."""
+    flushed; then the process exits with `code`, as SystemExit gives it. Under a profiler or a
+    tracer (cProfile, a debugger), which write their results after the program returns, it
+    exits the ordinary way."""
     import atexit
     import threading
 
+    if sys.getprofile() is not None or sys.gettrace() is not None or _monitored():
+        sys.exit(code)
     if code is None:
         code = 0
     elif not isinstance(code, int):
