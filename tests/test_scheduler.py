@@ -138,7 +138,7 @@ def ffmpeg(*args: str) -> None:
 def three_files(tmp_path_factory) -> list[Path]:
     d = tmp_path_factory.mktemp("three")
     long = d / "long.mp3"
-    ffmpeg("-stream_loop", "1", "-i", str(SAMPLE), "-c:a", "libmp3lame", "-b:a", "32k", str(long))  # 2 minutes
+    ffmpeg("-stream_loop", "1", "-i", str(SAMPLE), "-t", "95", "-c:a", "libmp3lame", "-b:a", "32k", str(long))  # 95 s: 2 rows
     mid = d / "mid.mp3"
     ffmpeg("-i", str(SAMPLE), "-c:a", "libmp3lame", "-b:a", "32k", str(mid))
     short = d / "short.mp3"
