@@ -39,3 +39,35 @@ def test_cuda_graphs_give_the_eager_tokens(beam_size):
         theirs = eager.decode_batch(windows, temperatures=temperatures)
         assert [r.tokens for r in ours] == [r.tokens for r in theirs]
         assert sum(len(r.tokens) for r in ours) > 50  # the last window is the sample's short tail
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_detectors_graph_gives_its_eager_scores():
+    """Silero VAD on CUDA replays one captured group: the same frame scores as running it call by
+    call, for a full group and a group of one window (padded to the group's shape), also while
+    another thread replays decoder graphs."""
+    import threading
+
+    import numpy as np
+
+    from wtx.audio import fixed_windows, stream_samples
+    from wtx.engine import Engine, EngineOptions
+    from wtx.vad import PARTS, load_detector
+
+    detector = load_detector("cuda")
+    assert detector is not None and detector.graph is not None
+    windows = list(fixed_windows(stream_samples(str(SAMPLE))))
+    rows = np.stack([windows[i % len(windows)].samples for i in range(detector.group)])
+    rows = rows.reshape(detector.group * PARTS, -1)
+    with torch.jit.optimized_execution(False):
+        eager = detector._frames(torch.from_numpy(rows).cuda())
+    assert torch.equal(detector.probabilities(rows), eager)
+    assert 0 < int((eager > 0.5).sum()) < eager.numel()  # speech and pauses, not a constant
+    engine = Engine(EngineOptions(model="tiny.en", device="cuda", batch_size=2, decoding=replace(
+        EngineOptions().decoding, beam_size=1)))  # fmt: skip
+    busy = threading.Thread(target=lambda: [engine.decode_batch(windows[:2]) for _ in range(3)])
+    busy.start()
+    decisions = [detector.speech(windows[:1]) for _ in range(5)]
+    busy.join()
+    assert decisions == [detector.speech(windows[:1])] * 5

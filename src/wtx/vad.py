@@ -60,16 +60,71 @@ class SpeechDetector:
         with warnings.catch_warnings():  # "torch.jit.load is deprecated": nothing a user can act on
             warnings.simplefilter("ignore", DeprecationWarning)
             self.model = torch.jit.load(io.BytesIO(data), map_location=self.device).eval()
+        self.graph = None
+        if self.device.type == "cuda":
+            self._capture()
+
+    def _frames(self, x):
+        """The model over x [rows, N] in CHUNK steps from a fresh state: [rows, N // CHUNK]."""
+        import torch
+
+        self.model.reset_states()
+        with torch.no_grad():
+            frames = [self.model(x[:, i : i + CHUNK], SAMPLE_RATE) for i in range(0, x.shape[1] - CHUNK + 1, CHUNK)]
+        return torch.cat(frames, dim=1)
+
+    def _capture(self) -> None:
+        """On CUDA a group's scoring is hundreds of sequential steps of small kernels, bound by
+        their launches: it is recorded once as a CUDA graph over a static input of the group's
+        fixed shape, and replayed for every group (`_replay`). TorchScript runs it unoptimised,
+        so that the kernels recorded are the ones every call would run (its profiling executor
+        would fuse them after a few calls). The model makes its fresh state on the CPU, which a
+        capture cannot copy: the state is made by two calls before it and zeroed before each
+        replay, as a reset makes it. Capture errors are confined to this thread: the reader
+        calls the detector while the decoder runs on the main thread. Where the capture fails,
+        the detector runs call by call."""
+        import torch
+
+        from wtx.audio import N_SAMPLES
+
+        rows = self.group * PARTS
+        try:
+            with torch.jit.optimized_execution(False), torch.no_grad():
+                self.static = torch.zeros(rows, N_SAMPLES // PARTS, device=self.device)
+                stream = torch.cuda.Stream(self.device)
+                stream.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(stream):  # the libraries' first-use set-up, outside the graph
+                    self._frames(torch.zeros(rows, 2 * CHUNK, device=self.device))
+                    self.state = (self.model._state, self.model._context)  # what the first step reads
+                torch.cuda.current_stream(self.device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    frames = [self.model(self.static[:, i : i + CHUNK], SAMPLE_RATE)
+                              for i in range(0, self.static.shape[1] - CHUNK + 1, CHUNK)]  # fmt: skip
+                    self.scores = torch.cat(frames, dim=1)
+            self.graph = graph
+        except RuntimeError:
+            self.graph = None
+            torch.cuda.synchronize(self.device)
+
+    def _replay(self, x):
+        for t in self.state:
+            t.zero_()
+        self.static.copy_(x)
+        self.graph.replay()
+        return self.scores.clone()  # the graph's output is overwritten by the next replay
 
     def probabilities(self, samples: np.ndarray):
         """Speech probability per 32 ms frame: samples [B, N] -> [B, N // CHUNK] (a tensor)."""
         import torch
 
-        x = torch.from_numpy(samples).to(self.device)
-        self.model.reset_states()
-        with torch.no_grad():
-            frames = [self.model(x[:, i : i + CHUNK], SAMPLE_RATE) for i in range(0, x.shape[1] - CHUNK + 1, CHUNK)]
-        return torch.cat(frames, dim=1)
+        x = torch.from_numpy(samples)
+        if self.graph is not None and x.shape == self.static.shape:
+            return self._replay(x)
+        if self.device.type == "cuda":
+            with torch.jit.optimized_execution(False):  # as the graph runs it
+                return self._frames(x.to(self.device))
+        return self._frames(x.to(self.device))
 
     def speech(self, windows: list[Window]) -> list[bool]:
         """Whether each of up to `group` windows holds speech. A window is scored as PARTS
