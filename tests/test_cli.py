@@ -175,10 +175,13 @@ import atexit, sys, threading, time
 from wtx.cli import _leave
 atexit.register(lambda: sys.stderr.write("atexit ran\\n"))
 threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write("thread finished\\n"))).start()
+from concurrent.futures import ThreadPoolExecutor
+pool = ThreadPoolExecutor(2)  # kept: its idle workers stop at exit, as they do in Python's own
+pool.submit(time.sleep, 0.01)
 sys.stdout.write("x" * 1_000_000)
 _leave(3)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 3
     assert proc.stdout == "x" * 1_000_000
     assert proc.stderr.splitlines() == ["thread finished", "atexit ran"]

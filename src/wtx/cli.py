@@ -339,9 +339,13 @@ def _leave(code) -> None:
     elif not isinstance(code, int):
         sys.stderr.write(f"{code}\n")
         code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's exit calls first:
+    if shutdown is not None:  # it stops thread pools' workers, then joins non-daemon threads
+        shutdown()
+    else:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with suppress(OSError, ValueError):  # a reader that went away, or a closed stream
