@@ -324,9 +324,9 @@ def _monitored() -> bool:
 
 def _leave(code) -> None:
     """Ends the process as Python's own exit does, less tearing down its modules: torch's teardown
-    (CUDA's included) takes most of a second once the work is done. Other non-daemon threads are
-    waited for, atexit callbacks run (Inductor's caches, Ray's shutdown), and the streams are
-    flushed; then the process exits with `code`, as SystemExit gives it. Under a profiler or a
+    (CUDA's included) takes most of a second once the work is done. threading's own shutdown
+    runs (thread pools stop, other non-daemon threads are waited for), then atexit callbacks
+    (Inductor's caches, Ray's shutdown), and the streams are flushed; then the process exits with `code`, as SystemExit gives it. Under a profiler or a
     tracer (cProfile, a debugger), which write their results after the program returns, it
     exits the ordinary way."""
     import atexit
