@@ -27,7 +27,7 @@ def test_alignment_heads_table_is_whispers():
     assert alignment_heads_table() == whisper._ALIGNMENT_HEADS
 
 
-def test_the_engine_never_imports_the_whisper_package(tmp_path):
+def test_the_engine_never_imports_the_whisper_package():
     """Building the tokenizer, the logit filters, the mel filters and the alignment heads of an
     openai-format checkpoint: the `whisper` package (and numba with it) stays unimported, and
     the privately loaded tokenizer gives the package's tokens and alignment heads."""
@@ -51,7 +51,6 @@ print(repr((loaded, tokenizer.encode(" hello world"), int(filters.suppress.sum()
     ours = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded, tokens, suppressed, heads = ast.literal_eval(ours)
     assert loaded == []
-    import whisper
     import whisper.tokenizer
 
     from wtx.decode import LogitFilters

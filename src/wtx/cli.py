@@ -324,11 +324,12 @@ def _monitored() -> bool:
 
 def _leave(code) -> None:
     """Ends the process as Python's own exit does, less tearing down its modules: torch's teardown
-    (CUDA's included) takes most of a second once the work is done. threading's own shutdown
-    runs (thread pools stop, other non-daemon threads are waited for), then atexit callbacks
-    (Inductor's caches, Ray's shutdown), and the streams are flushed; then the process exits with `code`, as SystemExit gives it. Under a profiler or a
-    tracer (cProfile, a debugger), which write their results after the program returns, it
-    exits the ordinary way."""
+    (CUDA's included) takes most of a second once the work is done. What the interpreter's exit
+    runs first still runs: threading's shutdown (thread pools stop, other non-daemon threads are
+    waited for), then atexit callbacks (Inductor's caches, Ray's shutdown), then the streams are
+    flushed; the process exits with `code`, as SystemExit gives it. Under a profiler or a tracer
+    (cProfile, a debugger), which write their results after the program returns, it exits the
+    ordinary way."""
     import atexit
     import threading
 
@@ -339,13 +340,7 @@ def _leave(code) -> None:
     elif not isinstance(code, int):
         sys.stderr.write(f"{code}\n")
         code = 1
-    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter's exit calls first:
-    if shutdown is not None:  # it stops thread pools' workers, then joins non-daemon threads
-        shutdown()
-    else:
-        for thread in threading.enumerate():
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+    threading._shutdown()  # CPython's, as Py_Finalize calls it
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with suppress(OSError, ValueError):  # a reader that went away, or a closed stream

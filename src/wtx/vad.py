@@ -70,7 +70,13 @@ class SpeechDetector:
 
         self.model.reset_states()
         with torch.no_grad():
-            frames = [self.model(x[:, i : i + CHUNK], SAMPLE_RATE) for i in range(0, x.shape[1] - CHUNK + 1, CHUNK)]
+            return self._steps(x)
+
+    def _steps(self, x):
+        """The model over x in CHUNK steps from the state it holds (`_frames`; the graph)."""
+        import torch
+
+        frames = [self.model(x[:, i : i + CHUNK], SAMPLE_RATE) for i in range(0, x.shape[1] - CHUNK + 1, CHUNK)]
         return torch.cat(frames, dim=1)
 
     def _capture(self) -> None:
@@ -99,9 +105,7 @@ class SpeechDetector:
                 torch.cuda.current_stream(self.device).wait_stream(stream)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                    frames = [self.model(self.static[:, i : i + CHUNK], SAMPLE_RATE)
-                              for i in range(0, self.static.shape[1] - CHUNK + 1, CHUNK)]  # fmt: skip
-                    self.scores = torch.cat(frames, dim=1)
+                    self.scores = self._steps(self.static)
             self.graph = graph
         except RuntimeError:
             self.graph = None
@@ -121,10 +125,8 @@ class SpeechDetector:
         x = torch.from_numpy(samples)
         if self.graph is not None and x.shape == self.static.shape:
             return self._replay(x)
-        if self.device.type == "cuda":
-            with torch.jit.optimized_execution(False):  # as the graph runs it
-                return self._frames(x.to(self.device))
-        return self._frames(x.to(self.device))
+        with torch.jit.optimized_execution(self.device.type != "cuda"):  # on CUDA as the graph runs it
+            return self._frames(x.to(self.device))
 
     def speech(self, windows: list[Window]) -> list[bool]:
         """Whether each of up to `group` windows holds speech. A window is scored as PARTS
