@@ -295,6 +295,8 @@ def main() -> int:
                         "where CTranslate2 has no CUDA libraries it can load")  # fmt: skip
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--texts", type=Path, help="folder for each row's segments (MODEL.CONFIG.FILE.tsv: start, "
+                        "end, text), to read the errors")  # fmt: skip
     args = parser.parse_args()
 
     import torch
@@ -344,6 +346,10 @@ def main() -> int:
                        **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip
                 rows.append(row)
                 decoded[config] = (row, segments, boundaries)
+                if args.texts:
+                    args.texts.mkdir(parents=True, exist_ok=True)
+                    lines = [f"{start:.2f}\t{end:.2f}\t{text.strip()}\n" for start, end, text in segments]
+                    (args.texts / f"{label}.{config}.{audio.stem}.tsv").write_text("".join(lines))
                 cross_count(text, decoded)
                 b = "" if row["boundary_errors"] is None else (
                     f", boundary errors {row['boundary_errors']} ({row['boundary_errors_by_chance']:.0f} by chance)")

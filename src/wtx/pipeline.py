@@ -6,7 +6,7 @@ windows without speech. Windows already journaled are left out only after that, 
 scores the same groups as an uninterrupted one.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -17,8 +17,12 @@ from wtx.split import make_windows
 class AudioReader:
     """One input's audio as windows; counts the seconds decoded and collects ffmpeg's warnings."""
 
-    def __init__(self, source: str | np.ndarray, split: str = "silence", detector=None, skip: Iterable[int] = ()):
+    def __init__(self, source: str | np.ndarray, split: str = "silence", detector=None, skip: Iterable[int] = (),
+                 read: Callable[..., Iterator[np.ndarray]] = stream_samples):  # fmt: skip
+        """read(source, warnings=...): its decoded blocks (audio.stream_samples, or what
+        wtx.readahead read while the model loaded)."""
         self.source = source
+        self.read = read
         self.split = split
         self.detector = detector
         self.skip = set(skip)
@@ -32,7 +36,7 @@ class AudioReader:
             samples = np.ascontiguousarray(self.source, dtype=np.float32)
             blocks: Iterable[np.ndarray] = (samples[i : i + N_SAMPLES] for i in range(0, len(samples), N_SAMPLES))
         else:
-            blocks = stream_samples(self.source, warnings=self.warnings)
+            blocks = self.read(self.source, warnings=self.warnings)
         for block in blocks:
             self.seconds += len(block) / SAMPLE_RATE
             yield block

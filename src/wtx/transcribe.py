@@ -29,6 +29,7 @@ from wtx.outputs import plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
 from wtx.api import Model
 from wtx.pipeline import AudioReader
+from wtx.readahead import ReadAhead
 from wtx.split import make_windows
 from wtx.streams import Recording, WindowDone
 from wtx.segments import Word
@@ -157,11 +158,6 @@ def run_transcribe(inputs: list[Input], problems: list[str], job: Job) -> int:
 
 
 def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
-    import torch
-
-    from wtx.engine import pick_device
-    from wtx.options import DecodingOptions, EngineOptions
-
     for problem in problems:
         _error(problem)
     failed: list[str] = [p.rsplit(": ", 1)[0] for p in problems]
@@ -192,6 +188,22 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
             return 1
         return 0
 
+    # the audio is decoded while torch and the model load (on Ray the CPU stage reads it;
+    # --compare-eager reads every input for stock openai-whisper first)
+    local = job.ray is None and not job.compare_eager
+    readahead = ReadAhead([i.path for i in inputs] if local else [])
+    try:
+        return _run_loaded(inputs, problems, failed, plan, skipped, job, readahead)
+    finally:
+        readahead.close()
+
+
+def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: ReadAhead) -> int:
+    import torch
+
+    from wtx.engine import pick_device
+    from wtx.options import DecodingOptions, EngineOptions
+
     if job.threads:
         torch.set_num_threads(job.threads)
     durations = {i.path: probe_duration(i.path) for i in inputs}
@@ -212,7 +224,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
             backend = _ray_backend(options, job, stack)
         if isinstance(backend, int):
             return backend
-        return _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend, job)
+        return _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend, job, readahead)
 
 
 @dataclass
@@ -402,7 +414,8 @@ def _open_files_for_every_journal() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job) -> int:
+def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
+                readahead: ReadAhead) -> int:  # fmt: skip
     # everything that changes a window's text: a journal written under other options is not resumed
     config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": backend.batch_size,
               "task": job.task, "language": job.language, "dtype": backend.dtype, "quantized": backend.quantized, "device": backend.device,
@@ -427,7 +440,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
                 eager_seconds += seconds
                 baselines[item.path] = audio / seconds if seconds > 0 else None
             work_started = time.perf_counter()  # the summary times wtx alone
-        run = _Run(job, plan, durations, config, progress, baselines, backend)
+        run = _Run(job, plan, durations, config, progress, baselines, backend, readahead.stream_samples)
         try:
             for event in backend.events(run.recordings(inputs)):
                 if isinstance(event, WindowDone):
@@ -512,8 +525,10 @@ class _Run:
     each input's outputs as soon as it is complete (stdout: in input order), report failures."""
 
     def __init__(self, job: Job, plan, durations: dict, config: dict, progress: TranscribeProgress,
-                 baselines: dict[str, float | None], backend: "_Backend"):  # fmt: skip
+                 baselines: dict[str, float | None], backend: "_Backend", read=stream_samples):  # fmt: skip
+        """read(source, warnings=...): an input's decoded blocks (wtx.readahead's where it read ahead)."""
         self.job, self.plan, self.durations, self.config = job, plan, durations, config
+        self.read = read
         self.progress, self.baselines = progress, baselines
         self.detector, self.stdout = backend.detector, backend.stdout  # detector: None where workers run it
         self.inputs: dict[str, _Input] = {}
@@ -546,7 +561,7 @@ class _Run:
             if state.journal.entries:
                 self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
             state.done = dict(state.journal.entries)
-        state.reader = AudioReader(source, job.split, self.detector, skip=state.done)
+        state.reader = AudioReader(source, job.split, self.detector, skip=state.done, read=self.read)
         prompts = {index: entry.prompt for index, entry in state.done.items()}
         ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
