@@ -13,9 +13,9 @@ def test_auto_is_fp16_on_cuda_and_fp32_on_a_cpu():
     assert pick_dtype("bf16", torch.device("cpu")) == torch.bfloat16  # asked for: always
 
 
-def test_bf16_decoder_attention_on_a_cpu_matches_sdpa():
+def test_decoder_attention_on_a_cpu_matches_sdpa():
     """The CPU's bf16 path (two matmuls, float32 softmax, the cache read up to the slot written)
-    against SDPA over the whole cache in float32."""
+    and its fp32 one (SDPA up to the slot written) against SDPA over the whole cache in float32."""
     from wtx.model import decoder_attention
 
     torch.manual_seed(0)
@@ -26,4 +26,9 @@ def test_bf16_decoder_attention_on_a_cpu_matches_sdpa():
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     got = decoder_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, input_pos)
     torch.testing.assert_close(got.float(), expected, atol=0.02, rtol=0.02)
-    assert torch.equal(decoder_attention(q, k, v, mask, input_pos), expected)  # fp32: SDPA itself
+    # fp32: SDPA itself, over the slots written only; the same as over the whole cache to rounding
+    got = decoder_attention(q, k, v, mask, input_pos)
+    sliced = torch.nn.functional.scaled_dot_product_attention(q, k[:, :, :301], v[:, :, :301], attn_mask=mask[..., :301])
+    assert torch.equal(got, sliced)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+    assert torch.equal(decoder_attention(q, k, v, mask), expected)  # no slot given: the whole cache
