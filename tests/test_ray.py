@@ -71,17 +71,19 @@ def _windows_journaled(journal: Path) -> int:
 
 
 def interrupted(five_files, out: Path, sig: int, attempts: int = 3) -> subprocess.Popen:
-    """A --ray run stopped by `sig` once a journal holds a finished window, and a journal left to
-    resume from. The signal can land just as the journaled inputs finish (each then removes its
+    """A --ray run stopped by `sig` once the longest input's journal holds a finished window (its
+    other windows still to come, so a journal outlives the signal), and a journal left to resume
+    from. The signal can still land just as the journaled inputs finish (each then removes its
     journal), leaving nothing to resume: that attempt starts over, up to `attempts` times."""
     command = [sys.executable, "-m", "wtx", "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
+    longest = f".{five_files[-1].stem}.wtx-journal"  # two minutes: five windows, five calls
     for _ in range(attempts):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
-            if any(_windows_journaled(j) for j in out.glob(".*.wtx-journal")):
+            if _windows_journaled(out / longest):
                 break
             time.sleep(0.01)
         assert proc.poll() is None, "finished before it could be stopped"

@@ -94,6 +94,16 @@ def test_close_and_an_abandoned_reader_stop_the_threads(tmp_path):
     assert _threads_end()
 
 
+def test_close_stops_a_reached_input_whose_reader_stopped_midway(tmp_path):
+    long = make_wav(tmp_path / "long.wav", seconds=600.0)
+    ahead = ReadAhead([str(long)])
+    blocks = ahead.stream_samples(str(long))
+    assert len(next(blocks)) == audio.N_SAMPLES  # its thread now waits, a few blocks ahead
+    ahead.close()  # an interrupted run: the reader was neither finished nor closed
+    assert _threads_end()
+    blocks.close()
+
+
 def test_nothing_is_read_ahead_without_an_ffmpeg_binary(monkeypatch):
     monkeypatch.setattr(audio, "ffmpeg_binary", lambda: None)
     ahead = ReadAhead([str(SAMPLE)])

@@ -44,7 +44,8 @@ class ReadAhead:
         self.budget = budget
         self.held = 0  # bytes of blocks of inputs not reached yet
         self.changed = threading.Condition()
-        self.feeds: dict[str, _Feed] = {}
+        self.feeds: dict[str, _Feed] = {}  # inputs not reached yet
+        self.started: list[_Feed] = []  # every input read ahead, reached or not
         if audio.ffmpeg_binary() is None:
             return
         limit = max_inputs if max_inputs is not None else min(8, os.cpu_count() or 1)
@@ -54,6 +55,7 @@ class ReadAhead:
             if source in self.feeds or audio.is_pipe(source) or not audio.is_readable_input(source):
                 continue
             feed = self.feeds[source] = _Feed(source)
+            self.started.append(feed)
             threading.Thread(target=self._read, args=(feed,), name="wtx-readahead", daemon=True).start()
 
     def stream_samples(self, source: str, warnings: list[str] | None = None) -> Iterator[np.ndarray]:
@@ -69,9 +71,9 @@ class ReadAhead:
         return self._take(feed, [] if warnings is None else warnings)
 
     def close(self) -> None:
-        """Stops every thread whose input was not reached (their ffmpeg processes end)."""
+        """Stops every thread still reading, reached or not (their ffmpeg processes end)."""
         with self.changed:
-            for feed in self.feeds.values():
+            for feed in self.started:
                 feed.stop = True
             self.feeds.clear()
             self.changed.notify_all()
