@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import SAMPLE, run_wtx
 from tests.test_scheduler import ffmpeg, outputs
+from wtx.journal import journal_path
 
 FORMATS = ("txt", "srt", "json")
 
@@ -76,14 +77,14 @@ def interrupted(five_files, out: Path, sig: int, attempts: int = 3) -> subproces
     from. The signal can still land just as the journaled inputs finish (each then removes its
     journal), leaving nothing to resume: that attempt starts over, up to `attempts` times."""
     command = [sys.executable, "-m", "wtx", "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
-    longest = f".{five_files[-1].stem}.wtx-journal"  # two minutes: five windows, five calls
+    longest = journal_path(out / f"{five_files[-1].stem}.{FORMATS[0]}")  # two minutes: five windows, five calls
     for _ in range(attempts):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir()
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
         deadline = time.time() + 600
         while time.time() < deadline and proc.poll() is None:
-            if _windows_journaled(out / longest):
+            if _windows_journaled(longest):
                 break
             time.sleep(0.01)
         assert proc.poll() is None, "finished before it could be stopped"

@@ -101,7 +101,8 @@ def test_close_stops_a_reached_input_whose_reader_stopped_midway(tmp_path):
     assert len(next(blocks)) == audio.N_SAMPLES  # its thread now waits, a few blocks ahead
     ahead.close()  # an interrupted run: the reader was neither finished nor closed
     assert _threads_end()
-    blocks.close()
+    with pytest.raises(AudioError, match="long.wav: reading stopped before its end"):
+        list(blocks)  # what was read ahead, then an error: never a short read taken for the whole
 
 
 def test_nothing_is_read_ahead_without_an_ffmpeg_binary(monkeypatch):

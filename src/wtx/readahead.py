@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from wtx import audio
+from wtx.errors import AudioError
+from wtx.names import display
 
 BUDGET_BYTES = 256 << 20  # decoded samples held for inputs not reached yet: 70 min of audio
 AHEAD_BLOCKS = 4  # blocks read ahead of an input's reader once it is reached
@@ -44,8 +46,7 @@ class ReadAhead:
         self.budget = budget
         self.held = 0  # bytes of blocks of inputs not reached yet
         self.changed = threading.Condition()
-        self.feeds: dict[str, _Feed] = {}  # inputs not reached yet
-        self.started: list[_Feed] = []  # every input read ahead, reached or not
+        self.feeds: dict[str, _Feed] = {}  # every input read ahead, reached (taken) or not
         if audio.ffmpeg_binary() is None:
             return
         limit = max_inputs if max_inputs is not None else min(8, os.cpu_count() or 1)
@@ -55,27 +56,24 @@ class ReadAhead:
             if source in self.feeds or audio.is_pipe(source) or not audio.is_readable_input(source):
                 continue
             feed = self.feeds[source] = _Feed(source)
-            self.started.append(feed)
             threading.Thread(target=self._read, args=(feed,), name="wtx-readahead", daemon=True).start()
 
     def stream_samples(self, source: str, warnings: list[str] | None = None) -> Iterator[np.ndarray]:
         """audio.stream_samples(source), from what was read ahead where there is any."""
         with self.changed:
-            feed = self.feeds.pop(source, None)
-            if feed is not None:  # what it read no longer counts against the budget
-                feed.taken = True
-                self.held -= sum(b.nbytes for b in feed.blocks if isinstance(b, np.ndarray))
-                self.changed.notify_all()
-        if feed is None:
-            return audio.stream_samples(source, warnings=warnings)
+            feed = self.feeds.get(source)
+            if feed is None or feed.taken or feed.stop:  # asked for again, or after close()
+                return audio.stream_samples(source, warnings=warnings)
+            feed.taken = True  # what it read no longer counts against the budget
+            self.held -= sum(b.nbytes for b in feed.blocks if isinstance(b, np.ndarray))
+            self.changed.notify_all()
         return self._take(feed, [] if warnings is None else warnings)
 
     def close(self) -> None:
         """Stops every thread still reading, reached or not (their ffmpeg processes end)."""
         with self.changed:
-            for feed in self.started:
+            for feed in self.feeds.values():
                 feed.stop = True
-            self.feeds.clear()
             self.changed.notify_all()
 
     def _full(self, feed: _Feed) -> bool:
@@ -84,20 +82,20 @@ class ReadAhead:
         return self.held >= self.budget
 
     def _read(self, feed: _Feed) -> None:
-        blocks = None
+        blocks, end = None, _END
         try:
             blocks = audio.stream_samples(feed.source, warnings=feed.warnings)
             for block in blocks:
                 with self.changed:
                     while self._full(feed) and not feed.stop:
                         self.changed.wait()
-                    if feed.stop:
-                        return
+                    if feed.stop:  # a reader still waiting learns that the rest is missing
+                        end = AudioError(f"{display(feed.source)}: reading stopped before its end")
+                        break
                     feed.blocks.append(block)
                     if not feed.taken:
                         self.held += block.nbytes
                     self.changed.notify_all()
-            end: object = _END
         except Exception as e:  # the reader raises it, as audio.stream_samples would
             end = e
         finally:
