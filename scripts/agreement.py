@@ -23,12 +23,12 @@ LONG_FILES = ["audio/lj001_0001-0032_concat.flac", "audio/long_mix_en.mp3", "tts
               "tts/alice_ch01_espeak.mp3", "tts/copperfield_ch01_slt.mp3"]  # fmt: skip
 
 
-def transcribe(model, windows, duration):
+def transcribe(model, windows):
     """Per window index, the window's text; and the seconds it took."""
     from wtx.streams import Recording, WindowDone
 
     started = time.perf_counter()
-    events = model.run([Recording("file", iter(windows), duration, {}, "en")], ordered=True)
+    events = model.run([Recording("file", iter(windows), {}, "en")], ordered=True)
     texts = {e.result.window.index: " ".join(s.text for s in e.result.segments) for e in events if isinstance(e, WindowDone)}
     return texts, time.perf_counter() - started
 
@@ -54,7 +54,6 @@ def main() -> int:
     import torch
 
     import wtx
-    from wtx.audio import probe_duration
     from wtx.metrics import normalize
     from wtx.pipeline import AudioReader
 
@@ -90,9 +89,8 @@ def main() -> int:
               "files": []}  # fmt: skip
     for path in files:
         windows = list(AudioReader(str(path), "silence", eager.detector))
-        duration = probe_duration(str(path))
-        reference, eager_s = transcribe(eager, windows, duration)
-        candidate, compiled_s = transcribe(compiled, windows, duration)
+        reference, eager_s = transcribe(eager, windows)
+        candidate, compiled_s = transcribe(compiled, windows)
         differ = [i for i in reference if reference.get(i) != candidate.get(i)]
         same = len(reference) - len(differ)
         wer = jiwer.wer(normalize(" ".join(reference.values())) or "-", normalize(" ".join(candidate.values())) or "-")

@@ -123,7 +123,7 @@ def run_config(config, models, stock, audio_path):
     "unprompted" wtx models (wtx.load_model); stock: openai-whisper's model."""
     import torch
 
-    from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, probe_duration, stream_samples
+    from wtx.audio import CHUNK_LENGTH, fixed_windows, load_audio, stream_samples
     from wtx.pipeline import AudioReader
     from wtx.reference import stock_decode
     from wtx.segments import split_segments
@@ -147,7 +147,7 @@ def run_config(config, models, stock, audio_path):
         model = models[{"unprompted": "unprompted", "greedy": "greedy"}.get(config, "prompted")]
         # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
         windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", model.detector)
-        recording = Recording(audio_path.name, iter(windows), probe_duration(str(audio_path)), {}, "en")
+        recording = Recording(audio_path.name, iter(windows), {}, "en")
         for event in model.run([recording], ordered=True):
             if isinstance(event, WindowDone):
                 r = event.result

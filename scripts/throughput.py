@@ -60,7 +60,7 @@ def windows_of(model, audio: np.ndarray) -> list:
     return list(AudioReader(audio, "silence", model.detector))
 
 
-def timed_runs(model, recordings: list[tuple[str, list, float]], repeat: int, warm_up: int = 1) -> list[float]:
+def timed_runs(model, recordings: list[tuple[str, list]], repeat: int, warm_up: int = 1) -> list[float]:
     """Seconds per pass of every recording through one scheduler run, after `warm_up` passes."""
     import torch
 
@@ -69,7 +69,7 @@ def timed_runs(model, recordings: list[tuple[str, list, float]], repeat: int, wa
     language = model.engine.options.decoding.language or "en"
     seconds = []
     for i in range(warm_up + repeat):
-        batch = [Recording(key, iter(ws), duration, {}, language) for key, ws, duration in recordings]
+        batch = [Recording(key, iter(ws), {}, language) for key, ws in recordings]
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         started = time.perf_counter()
@@ -135,8 +135,8 @@ def main() -> int:
                 torch.cuda.reset_peak_memory_stats()
             model, loaded = load(args, b)
             if windows is None:  # VAD and cutting are the same for every batch size
-                windows = [(name, windows_of(model, audio), len(audio) / SAMPLE_RATE) for name, audio in audios.items()]
-                windows = [(f"{name}#{i}", ws, s) for i in range(args.copies) for name, ws, s in windows]
+                windows = [(name, windows_of(model, audio)) for name, audio in audios.items()]
+                windows = [(f"{name}#{i}", ws) for i in range(args.copies) for name, ws in windows]
             passes = timed_runs(model, windows, args.repeat, args.warm_up)
             median = statistics.median(passes)
             row = {"batch_size": b, **loaded, "passes_s": [round(s, 3) for s in passes], "median_s": round(median, 3),
@@ -150,13 +150,13 @@ def main() -> int:
         model, loaded = load(args, args.batch_size)
         clips = cut_clips(np.concatenate(list(audios.values())), args.clips)
         clip_s = sum(len(c) for c in clips) / SAMPLE_RATE
-        many = [(f"clip{i:03d}", windows_of(model, c), len(c) / SAMPLE_RATE) for i, c in enumerate(clips)]
+        many = [(f"clip{i:03d}", windows_of(model, c)) for i, c in enumerate(clips)]
         joined = np.concatenate(clips)
-        one = [("joined", windows_of(model, joined), len(joined) / SAMPLE_RATE)]
+        one = [("joined", windows_of(model, joined))]
         apart = statistics.median(timed_runs(model, many, args.repeat, args.warm_up))
         together = statistics.median(timed_runs(model, one, args.repeat, args.warm_up))
         result["clips"] = {"batch_size": args.batch_size, **loaded, "clips": args.clips, "audio_s": round(clip_s, 1),
-                           "windows_clips": sum(len(w) for _, w, _ in many), "windows_joined": len(one[0][1]),
+                           "windows_clips": sum(len(w) for _, w in many), "windows_joined": len(one[0][1]),
                            "clips_s": round(apart, 3), "joined_s": round(together, 3),
                            "clips_rtfx": round(clip_s / apart, 1), "joined_rtfx": round(clip_s / together, 1),
                            "time_ratio": round(apart / together, 3), "rtfx_share": round(together / apart, 3)}  # fmt: skip

@@ -37,7 +37,7 @@ def five_files(ray_installed, tmp_path_factory) -> list[Path]:
         path = d / name
         ffmpeg("-ss", str(start), "-t", str(seconds), "-i", str(SAMPLE), str(path))
         files.append(path)
-    looped = d / "e.mp3"  # two minutes: several chunks of two windows at batch 2
+    looped = d / "e.mp3"  # two minutes: five windows, one chunk (five without prompts)
     ffmpeg("-stream_loop", "1", "-i", str(SAMPLE), "-c:a", "libmp3lame", "-b:a", "32k", str(looped))
     return files + [looped]
 

@@ -75,8 +75,8 @@ def text_tokens(engine, index: int) -> list[int]:
 
 
 def test_rows_follow_consecutive_windows_with_previous_text(model):
-    engine, script = engine_with(model)
-    results = list(engine.transcribe_windows(windows(6), duration=180.0))  # 6 windows, 2 rows: 3 each
+    engine, script = engine_with(model, stream_windows=3)
+    results = list(engine.transcribe_windows(windows(6)))  # 6 windows, 2 rows: 3 each
     assert [r.window.index for r in results] == list(range(6))  # in order
     prompts = {index: prompt for index, prompt, _ in script.calls}
     assert prompts[0] == [] and prompts[3] == []  # each row starts fresh
@@ -90,43 +90,43 @@ def test_rows_follow_consecutive_windows_with_previous_text(model):
 def test_rows_take_new_chunks_as_they_finish(model):
     engine, script = engine_with(model)
     journaled = {4: [7, 8]}
-    results = list(engine.transcribe_windows(windows(6, start=5), duration=None, prompts=journaled))
+    results = list(engine.transcribe_windows(windows(6, start=5), prompts=journaled))
     assert [r.window.index for r in results] == list(range(5, 11))
-    # chunks of 8 (no duration): windows 5-7 continue chunk 0 from the journal, 8-10 start chunk 1
+    # chunks of 8 (the default): windows 5-7 continue chunk 0 from the journal, 8-10 start chunk 1
     prompts = {index: prompt for index, prompt, _ in script.calls}
     assert prompts[5] == [7, 8] and prompts[8] == []
     assert prompts[10] == text_tokens(engine, 8) + text_tokens(engine, 9)
 
-    engine, script = engine_with(model)
-    results = list(engine.transcribe_windows(windows(7), duration=60.0))  # chunks of one window, 2 rows
+    engine, script = engine_with(model, stream_windows=1)
+    results = list(engine.transcribe_windows(windows(7)))  # chunks of one window, 2 rows
     assert [r.window.index for r in results] == list(range(7))
     assert all(prompt == [] for _, prompt, _ in script.calls)
 
 
 def test_without_conditioning_every_window_is_alone(model):
     engine, script = engine_with(model, condition_on_previous_text=False)
-    list(engine.transcribe_windows(windows(6), duration=180.0))
+    list(engine.transcribe_windows(windows(6)))
     assert all(prompt == [] for _, prompt, _ in script.calls)
     assert [index for index, _, _ in script.calls[:2]] == [0, 1]
 
 
 def test_a_resumed_chunk_continues_from_the_journaled_prompt(model):
-    engine, script = engine_with(model)
+    engine, script = engine_with(model, stream_windows=3)
     journaled = {1: [11, 12, 13], 2: [21], 0: [1]}  # prompts after windows 0 to 2, from a journal
-    results = list(engine.transcribe_windows(windows(4, start=2), duration=180.0, prompts=journaled))
+    results = list(engine.transcribe_windows(windows(4, start=2), prompts=journaled))
     assert [r.window.index for r in results] == [2, 3, 4, 5]
     prompts = {index: prompt for index, prompt, _ in script.calls}
     assert prompts[2] == [11, 12, 13]  # window 2 is mid-chunk (0-2): it continues
     assert prompts[3] == []  # window 3 starts a chunk, though window 2's prompt is known
 
-    engine, script = engine_with(model)
-    list(engine.transcribe_windows(windows(3, start=3), duration=180.0, prompts=journaled))
+    engine, script = engine_with(model, stream_windows=3)
+    list(engine.transcribe_windows(windows(3, start=3), prompts=journaled))
     assert script.calls[0][:2] == (3, [])  # resumed at a chunk start: a fresh stream
 
 
 def test_unlikely_windows_fall_back_to_higher_temperatures(model):
-    engine, script = engine_with(model, [[(1, True)]])
-    results = list(engine.transcribe_windows(windows(3), duration=90.0))
+    engine, script = engine_with(model, [[(1, True)]], stream_windows=2)
+    results = list(engine.transcribe_windows(windows(3)))
     tries = [(prompt != [], t) for index, prompt, t in script.calls if index == 1]
     # openai-whisper's temperature ladder, prompt kept; the last try stands
     assert tries == [(True, 0.0), (True, 0.2), (True, 0.4), (True, 0.6), (True, 0.8), (True, 1.0)]
@@ -135,19 +135,25 @@ def test_unlikely_windows_fall_back_to_higher_temperatures(model):
 
 
 def test_a_prompt_that_silences_speech_is_dropped_for_that_window(model):
-    engine, script = engine_with(model, [(), [(1, True)]])
-    results = list(engine.transcribe_windows(windows(3), duration=90.0))  # rows: windows 0-1 and 2
+    engine, script = engine_with(model, [(), [(1, True)]], stream_windows=2)
+    results = list(engine.transcribe_windows(windows(3)))  # rows: windows 0-1 and 2
     tries = [(prompt != [], t) for index, prompt, t in script.calls if index == 1]
     assert tries == [(True, 0.0), (False, 0.0)]
     assert results[1].segments and results[1].segments[0].text == "w1"
 
 
-def test_stream_length_spreads_a_recording_over_the_rows(model):
-    engine, _ = engine_with(model, batch_size=8)
-    assert engine.scheduler().stream_length(26 * 60) == 7  # 53 windows over 8 rows
-    assert engine.scheduler().stream_length(60) == 1
-    assert engine.scheduler().stream_length(None) == engine.options.stream_windows
-    assert engine.scheduler().stream_length(10 * 3600) == engine.options.stream_windows
+def test_a_files_prompts_depend_on_neither_its_length_nor_the_batch_size(model):
+    """Chunks of 8 windows (stream_windows) at every batch size, so each window has the same
+    prompt, and the same text, however many rows decode beside it."""
+    seen = []
+    for batch_size in (1, 2, 8):
+        engine, script = engine_with(model, batch_size=batch_size)
+        list(engine.transcribe_windows(windows(20)))
+        seen.append({index: prompt for index, prompt, _ in script.calls})
+    assert seen[0] == seen[1] == seen[2]
+    assert [index for index, prompt in seen[0].items() if not prompt] == [0, 8, 16]  # where chunks start
+    engine, _ = engine_with(model, condition_on_previous_text=False)
+    assert engine.scheduler().stream_length() == 1  # unprompted: any row takes any window
 
 
 def test_engines_that_share_a_model_each_get_their_own_caches(model):
@@ -168,16 +174,16 @@ def test_a_resumed_chunk_continues_from_the_journaled_speech_end(model):
     def align(texts, windows, languages):  # every window: one 2 s word at its start
         return [[WordTiming(" w", list(t), 0.0, 2.0, 0.9)] if t else [] for t in texts]
 
-    engine, _ = engine_with(model)
+    engine, _ = engine_with(model, stream_windows=3)
     engine.align = align
-    whole = list(engine.transcribe_windows(windows(6), duration=180.0, word_timestamps=True))  # chunks 0-2, 3-5
+    whole = list(engine.transcribe_windows(windows(6), word_timestamps=True))  # chunks 0-2, 3-5
     assert [r.last_speech for r in whole[:2]] == [2.0, 32.0]
     first = [r.segments[0].words[0] for r in whole]
     assert (first[0].start, first[1].start, first[3].start) == (0.0, 30.6, 90.0)  # after a pause: cut to 1.4 s
-    engine, _ = engine_with(model)
+    engine, _ = engine_with(model, stream_windows=3)
     engine.align = align
     journaled = {r.window.index: r.prompt for r in whole[:2]}
     ends = {r.window.index: r.last_speech for r in whole[:2]}
-    resumed = list(engine.transcribe_windows(windows(4, start=2), duration=180.0, prompts=journaled,
+    resumed = list(engine.transcribe_windows(windows(4, start=2), prompts=journaled,
                                              word_timestamps=True, speech_ends=ends))  # fmt: skip
     assert [r.segments for r in resumed] == [r.segments for r in whole[2:]]

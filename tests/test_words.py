@@ -41,7 +41,7 @@ def test_word_times_match_stock(engine_and_stock, relative, n):
     windows and tokens: the same words, and start and end within 20 ms for at least 95%."""
     engine, stock = engine_and_stock
     windows = list(itertools.islice(fixed_windows(stream_samples(str(shared_file(relative)))), n))
-    events = engine.scheduler(word_timestamps=True).run([Recording("a", windows, None)], ordered=True)
+    events = engine.scheduler(word_timestamps=True).run([Recording("a", windows)], ordered=True)
     results = [e.result for e in events if isinstance(e, WindowDone)]
     assert [r.window.index for r in results] == [w.index for w in windows]
     close = total = 0

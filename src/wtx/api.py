@@ -75,7 +75,7 @@ class Model:
             language = self.engine.detect_language(first) if first is not None else "en"
             windows = _chain(first, windows)
         language = language or "en"
-        recording = Recording("audio", windows, duration, {}, language)
+        recording = Recording("audio", windows, {}, language)
         options = {**self.options, "split": split, "language": language, "word_timestamps": word_timestamps}
         return self._segments(recording, word_timestamps), TranscriptionInfo(duration, language, options)
 

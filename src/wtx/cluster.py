@@ -230,7 +230,7 @@ class ChunkDecoder:
         call = self.calls[call_id] = _Call(len(chunks))
         for chunk, windows in zip(chunks, self._speech(chunks)):
             plan = chunk.plan
-            self.feed.put(Recording((call_id, plan.key, chunk.number), windows, None, plan.prompts,
+            self.feed.put(Recording((call_id, plan.key, chunk.number), windows, plan.prompts,
                                     plan.language, plan.speech_ends, plan.span))  # fmt: skip
         call.done.wait()
         del self.calls[call_id]
@@ -274,7 +274,7 @@ def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Reso
             except Exception as e:
                 yield RecordingDone(recording.key, e)
             continue
-        span = chunk_span(recording.duration, engine.batch_size, resolved.max_prompt, engine.stream_windows)
+        span = chunk_span(resolved.max_prompt, engine.stream_windows)
         plans.append(FilePlan(recording.key, reader.split, span, recording.language, frozenset(reader.skip),
                               dict(recording.prompts), dict(recording.speech_ends)))  # fmt: skip
         readers[recording.key] = reader

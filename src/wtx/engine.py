@@ -146,13 +146,12 @@ class Engine:
         return self.batch.detect_language(window)
 
     def transcribe_windows(
-        self, windows: Iterable[Window], duration: float | None = None, prompts: dict[int, list[int]] | None = None,
-        ordered: bool = True, word_timestamps: bool = False, speech_ends: dict[int, float] | None = None,
+        self, windows: Iterable[Window], prompts: dict[int, list[int]] | None = None, ordered: bool = True, word_timestamps: bool = False, speech_ends: dict[int, float] | None = None,
     ) -> Iterator[WindowResult]:
         """One recording's windows through the stream scheduler; a result per window, in window
         order (or with `ordered=False` as soon as each is complete). Raises the audio's error.
         prompts and speech_ends: journaled, per window index, for a resumed recording."""
-        recording = Recording("", windows, duration, prompts or {}, self.options.decoding.language, speech_ends or {})
+        recording = Recording("", windows, prompts or {}, self.options.decoding.language, speech_ends or {})
         for event in self.scheduler(word_timestamps).run([recording], ordered):
             if isinstance(event, WindowDone):
                 yield event.result

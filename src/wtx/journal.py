@@ -23,7 +23,7 @@ from pathlib import Path
 from wtx.errors import WtxError
 from wtx.names import display, hidden_name
 
-VERSION = 3  # 3: the identity holds every engine option that changes the text
+VERSION = 4  # 4: chunks of 8 windows at every batch size (3: the identity holds every engine option that changes the text)
 
 
 class JournalBusy(WtxError):

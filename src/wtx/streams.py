@@ -4,9 +4,10 @@ Each batch row is a *stream*: it takes a chunk (consecutive windows of one recor
 decodes its windows in turn, prompting each with the text of the one before (openai-whisper's
 condition_on_previous_text). When a row's chunk is done it takes the next chunk of any
 recording, so one batch holds chunks of several files and the rows stay full across a folder of
-short clips. How a recording is cut into chunks depends only on its own duration and the batch
-size, and a row's result only on its own windows and prompt (the batch decoder pads every batch
-to the same shape), so a file's text is the same alone or among others, in any order.
+short clips. A recording is cut into chunks of the same number of windows whatever its length
+and the batch size, and a row's result depends only on its own windows and prompt (the batch
+decoder pads every batch to the same shape), so a file's text is the same alone or among
+others, in any order.
 
 Within a stream, as transcribe() does:
 - a window whose tokens stop before its end with a closed timestamp pair leaves a *tail*, the
@@ -21,13 +22,12 @@ A recording whose audio fails midway is reported once, and its other windows are
 other recordings go on.
 """
 
-import math
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from queue import Empty, Queue
 
-from wtx.audio import CHUNK_LENGTH, SAMPLE_RATE, Window, pad_window
+from wtx.audio import SAMPLE_RATE, Window, pad_window
 from wtx.options import DecodingOptions
 from wtx.prefetch import prefetch
 from wtx.segments import WindowResult, compression_ratio, consumed_tokens, seek_point
@@ -41,7 +41,7 @@ MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
 class StreamOptions:
     batch_size: int = 8
     max_prompt: int = 223  # previous-text tokens a prompt keeps; 0: every window decoded alone
-    stream_windows: int = 8  # at most this many consecutive windows per chunk
+    stream_windows: int = 8  # consecutive windows per chunk, where windows are prompted
     seek_tails: bool = True
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
 
@@ -52,11 +52,10 @@ class Recording:
 
     key: Hashable  # the caller's handle, returned with every event
     windows: Iterable[Window]  # in index order; iterating may raise (a decode error)
-    duration: float | None = None  # from the header, to cut chunks; None: unknown (stdin)
     prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
     language: str | None = None  # None: detected on its first window (multilingual models)
     speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
-    span: int | None = None  # windows per chunk, where the caller cut the chunks (None: from duration)
+    span: int | None = None  # windows per chunk, where the caller cut the chunks (None: chunk_span)
 
 
 @dataclass(frozen=True)
@@ -121,10 +120,9 @@ class StreamScheduler:
         self.batches = 0  # batches decoded, and the rows they used: how full the rows were kept
         self.rows_used = 0
 
-    def stream_length(self, duration: float | None) -> int:
-        """Windows per chunk: enough to spread a recording of `duration` over every row."""
-        options = self.options
-        return chunk_span(duration, options.batch_size, options.max_prompt, options.stream_windows)
+    def stream_length(self) -> int:
+        """Windows per chunk (chunk_span)."""
+        return chunk_span(self.options.max_prompt, self.options.stream_windows)
 
     def run(self, recordings: Iterable[Recording], ordered: bool = True) -> Iterator[WindowDone | RecordingDone]:
         """Decodes every recording's windows; yields each window's result (per recording in window
@@ -246,14 +244,11 @@ class StreamScheduler:
         return Window(w.index, w.offset + seek, w.duration - seek, samples), w.offset + seek
 
 
-def chunk_span(duration: float | None, batch_size: int, max_prompt: int, stream_windows: int) -> int:
-    """Windows per chunk: enough to spread a recording of `duration` over every row."""
-    if not max_prompt:
-        return 1
-    if duration is None:
-        return stream_windows
-    windows = math.ceil(duration / CHUNK_LENGTH)
-    return max(1, min(stream_windows, math.ceil(windows / batch_size)))
+def chunk_span(max_prompt: int, stream_windows: int) -> int:
+    """Windows per chunk: `stream_windows` when windows are prompted, whatever the recording's
+    length and the batch size, so a file's prompts (and text) depend on neither; 1 without
+    prompts, every window a chunk of its own that any row may take."""
+    return stream_windows if max_prompt else 1
 
 
 _END = object()
@@ -343,7 +338,7 @@ class _Chunks:
             _, first = self._peek()
             if isinstance(first, Window):
                 language = self.scheduler.detect_language(first)
-        return _State(recording, recording.span or self.scheduler.stream_length(recording.duration), language)
+        return _State(recording, recording.span or self.scheduler.stream_length(), language)
 
     def _chunk(self, state: _State) -> _Stream:
         """Reads one chunk's windows (those with the same index // span) into a new stream."""

@@ -547,7 +547,7 @@ class _Run:
             try:
                 yield self._open(state)
             except (WtxError, OSError) as e:
-                yield Recording(item.path, _failing(e), self.durations[item.path])
+                yield Recording(item.path, _failing(e))
 
     def _open(self, state: _Input) -> Recording:
         source, job, name = state.item.path, self.job, _name(state.item.path)
@@ -565,7 +565,7 @@ class _Run:
         prompts = {index: entry.prompt for index, entry in state.done.items()}
         ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
-        return Recording(source, state.reader, self.durations[source], prompts, language, ends)
+        return Recording(source, state.reader, prompts, language, ends)
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
