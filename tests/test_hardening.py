@@ -519,3 +519,21 @@ def test_the_detector_keeps_speech_and_drops_noise():
     windows = [Window(0, 0.0, len(speech) / 16000, pad_window(speech)),
                Window(1, 30.0, 30.0, (0.3 * rng.standard_normal(N_SAMPLES)).astype(np.float32))]  # fmt: skip
     assert [w.index for w in speech_windows(windows, detector)] == [0]
+
+
+@pytest.mark.parametrize("sig, raised", [("SIGINT", KeyboardInterrupt), ("SIGTERM", "Terminated")])
+def test_a_signal_waits_until_outputs_and_journal_agree(sig, raised):
+    """Ctrl-C or SIGTERM while an input's outputs are written and its journal removed takes effect
+    once both are done, never between them."""
+    import signal
+
+    from wtx import transcribe
+
+    raised = getattr(transcribe, raised) if isinstance(raised, str) else raised
+    done = []
+    with pytest.raises(raised), transcribe._signals_held():
+        os.kill(os.getpid(), getattr(signal, sig))
+        done.append("outputs")
+        done.append("journal removed")
+    assert done == ["outputs", "journal removed"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -2,18 +2,15 @@
 a driver's (tiny.en on the CPU, local Ray with two workers)."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SAMPLE, run_wtx
 from tests.test_scheduler import ffmpeg, outputs
-from wtx.journal import journal_path
 
 FORMATS = ("txt", "srt", "json")
 
@@ -64,36 +61,35 @@ def single_unprompted(five_files, tmp_path_factory) -> dict[str, bytes]:
     return outputs(out)
 
 
-def _windows_journaled(journal: Path) -> int:
-    try:
-        return len(journal.read_bytes().splitlines()) - 1  # after the header
-    except FileNotFoundError:  # its input was finished in the meantime
-        return 0
+# The driver, with its journal's append sending `sig` to its own process right after the
+# `after`-th window is journaled: the interruption lands at the same point of every run, with that
+# window's input unfinished, however fast the workers return (a test that polled the journal from
+# outside missed windows that came back together, or signalled just as they finished).
+SIGNALLED_DRIVER = """
+import os, signal, sys
+from wtx import journal
+from wtx.cli import main
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background shell's child ignores it
+append, count = journal.Journal.append, [0]
+def append_then_signal(self, entry):
+    append(self, entry)
+    count[0] += 1
+    if count[0] == {after}:
+        os.kill(os.getpid(), {sig})
+journal.Journal.append = append_then_signal
+sys.argv[0] = "wtx"
+main()
+"""
 
 
-def interrupted(five_files, out: Path, sig: int, attempts: int = 3) -> subprocess.Popen:
-    """A --ray run stopped by `sig` once the longest input's journal holds a finished window (its
-    other windows still to come, so a journal outlives the signal), and a journal left to resume
-    from. The signal can still land just as the journaled inputs finish (each then removes its
-    journal), leaving nothing to resume: that attempt starts over, up to `attempts` times."""
-    command = [sys.executable, "-m", "wtx", "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
-    longest = journal_path(out / f"{five_files[-1].stem}.{FORMATS[0]}")  # two minutes: five windows, five calls
-    for _ in range(attempts):
-        shutil.rmtree(out, ignore_errors=True)
-        out.mkdir()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            if _windows_journaled(longest):
-                break
-            time.sleep(0.01)
-        assert proc.poll() is None, "finished before it could be stopped"
-        proc.send_signal(sig)
-        proc.communicate(timeout=120)
-        if list(out.glob(".*.wtx-journal")):
-            assert len(outputs(out)) < len(five_files) * len(FORMATS)
-            return proc
-    raise AssertionError(f"no journal was left to resume from in {attempts} attempts")
+def interrupted(five_files, out: Path, sig: int, after: int = 3) -> subprocess.CompletedProcess:
+    """A --ray run stopped by `sig` once `after` windows are journaled: a journal is left to resume from."""
+    code = SIGNALLED_DRIVER.format(after=after, sig=int(sig))
+    command = [sys.executable, "-c", code, "transcribe", *map(str, five_files), "-o", str(out), *UNPROMPTED, *RAY]
+    proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy(), timeout=600, check=False)
+    assert list(out.glob(".*.wtx-journal")), proc.stderr.decode()[-3000:]
+    assert len(outputs(out)) < len(five_files) * len(FORMATS)
+    return proc
 
 
 @pytest.mark.slow

@@ -135,6 +135,30 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM wait until the block ends, then raise as they would have: an input's
+    outputs and the removal of its journal happen together or not at all (a journal left beside
+    finished outputs would be resumed needlessly)."""
+    caught: list[int] = []
+
+    def hold(signum, frame):
+        caught.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals are not delivered here anyway
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught:
+        raise Terminated() if caught[0] == signal.SIGTERM else KeyboardInterrupt()
+
+
 def _write_stdout(text: str, stream=None) -> None:
     stream = stream or sys.stdout
     try:
@@ -602,15 +626,16 @@ class _Run:
             segments = [TimedText(start, end, text, tuple(Word(*w) for w in words))
                         for index in sorted(done) for start, end, text, words in done[index].segments]  # fmt: skip
             transcript = Transcript(source=key, duration=reader.seconds, language=language, segments=segments)
-            if state.paths:
-                written = write_outputs(transcript, state.paths, self.job.subtitles)
-                self.progress.log(f"wrote {', '.join(display(p) for p in written)}")
-            else:
-                self.finished[key] = transcript
-                self._flush_stdout()
-            if state.journal:
-                state.journal.close(remove=True)
-                state.journal = None
+            with _signals_held():
+                if state.paths:
+                    written = write_outputs(transcript, state.paths, self.job.subtitles)
+                    self.progress.log(f"wrote {', '.join(display(p) for p in written)}")
+                else:
+                    self.finished[key] = transcript
+                    self._flush_stdout()
+                if state.journal:
+                    state.journal.close(remove=True)
+                    state.journal = None
             self.audio_done += reader.seconds
         except (WtxError, OSError) as e:
             self.progress.finish_file(key)
