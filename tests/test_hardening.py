@@ -521,19 +521,39 @@ def test_the_detector_keeps_speech_and_drops_noise():
     assert [w.index for w in speech_windows(windows, detector)] == [0]
 
 
-@pytest.mark.parametrize("sig, raised", [("SIGINT", KeyboardInterrupt), ("SIGTERM", "Terminated")])
-def test_a_signal_waits_until_outputs_and_journal_agree(sig, raised):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_waits_until_outputs_and_journal_agree(sig):
     """Ctrl-C or SIGTERM while an input's outputs are written and its journal removed takes effect
-    once both are done, never between them."""
+    once both are done, never between them, through the handler it would have met."""
     import signal
 
     from wtx import transcribe
 
-    raised = getattr(transcribe, raised) if isinstance(raised, str) else raised
-    done = []
-    with pytest.raises(raised), transcribe._signals_held():
-        os.kill(os.getpid(), getattr(signal, sig))
-        done.append("outputs")
-        done.append("journal removed")
-    assert done == ["outputs", "journal removed"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with transcribe._sigterm_as_interrupt():  # as the CLI runs a job
+            before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+            done = []
+            raised = transcribe.Terminated if sig == "SIGTERM" else KeyboardInterrupt
+            with pytest.raises(raised), transcribe._signals_held():
+                os.kill(os.getpid(), getattr(signal, sig))
+                done.append("outputs")
+                done.append("journal removed")
+            assert done == ["outputs", "journal removed"]
+            assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_an_ignored_signal_stays_ignored_while_outputs_are_written():
+    import signal
+
+    from wtx import transcribe
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # nohup, or a background job
+    try:
+        with transcribe._signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

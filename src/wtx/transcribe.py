@@ -137,26 +137,29 @@ def _sigterm_as_interrupt():
 
 @contextmanager
 def _signals_held():
-    """SIGINT and SIGTERM wait until the block ends, then raise as they would have: an input's
-    outputs and the removal of its journal happen together or not at all (a journal left beside
-    finished outputs would be resumed needlessly)."""
+    """SIGINT and SIGTERM wait until the block ends and are then delivered as they would have
+    been: an input's outputs and the removal of its journal happen together or not at all (a
+    journal left beside finished outputs would be resumed needlessly). Ignored signals stay ignored."""
     caught: list[int] = []
 
     def hold(signum, frame):
         caught.append(signum)
 
     try:
-        previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        held = {s: h for s, h in handlers.items() if h not in (signal.SIG_IGN, None)}
+        for s in held:
+            signal.signal(s, hold)
     except ValueError:  # not the main thread: signals are not delivered here anyway
         yield
         return
     try:
         yield
     finally:
-        for s, handler in previous.items():
+        for s, handler in held.items():
             signal.signal(s, handler)
-    if caught:
-        raise Terminated() if caught[0] == signal.SIGTERM else KeyboardInterrupt()
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
 
 
 def _write_stdout(text: str, stream=None) -> None:
