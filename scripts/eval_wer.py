@@ -118,6 +118,16 @@ def cross_count(reference: str, decoded: dict) -> None:
                 row["errors_near"][other] = score(reference, segments, boundaries)["boundary_errors"]
 
 
+WTX_MODEL = {"unprompted": "unprompted", "greedy": "greedy"}  # which loaded model a wtx configuration runs ("prompted" otherwise)
+
+
+def wtx_quantized(config, models) -> bool:
+    """Whether the wtx model a configuration runs has int8 logits (False for stock and faster-whisper)."""
+    if config.startswith("fw-") or config in ("decode", "transcribe", "transcribe-beam5"):
+        return False
+    return models[WTX_MODEL.get(config, "prompted")].engine.quantized
+
+
 def run_config(config, models, stock, audio_path):
     """(segments, window boundaries) of one configuration on one file. models: "prompted" and
     "unprompted" wtx models (wtx.load_model); stock: openai-whisper's model."""
@@ -144,7 +154,7 @@ def run_config(config, models, stock, audio_path):
                                        models["fw_batch_size"]), None  # fmt: skip
     if config in ("silence", "greedy", "unprompted", "fixed"):
         segments, boundaries = [], []
-        model = models[{"unprompted": "unprompted", "greedy": "greedy"}.get(config, "prompted")]
+        model = models[WTX_MODEL.get(config, "prompted")]
         # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
         windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", model.detector)
         recording = Recording(audio_path.name, iter(windows), {}, "en")
@@ -290,6 +300,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8, help="wtx's batch rows (streams) and stock decode's batch")
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
+    parser.add_argument("--quantize", default="auto", choices=("auto", "int8", "none"),
+                        help="wtx's --quantize (int8 logits on a CPU in fp32; auto: greedy only)")
     parser.add_argument("--fw-batch-size", type=int, default=8, help="faster-whisper's batch (default 8, its own default)")
     parser.add_argument("--fw-device", help="faster-whisper's device (default: --device); cpu runs it int8, "
                         "where CTranslate2 has no CUDA libraries it can load")  # fmt: skip
@@ -320,7 +332,7 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
-        options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size)
+        options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size, quantize=args.quantize)
         weights = str(ct2_checkpoint(Path(model))) if Path(model).is_dir() else model
         models = {"prompted": wtx.load_model(weights, **options),
                   "greedy": wtx.load_model(weights, **options, beam_size=1),
@@ -341,6 +353,7 @@ def main() -> int:
                 fw = config.startswith("fw-")
                 device = (args.fw_device or args.device) if fw else args.device
                 row = {"model": label, "device": device, "dtype": ("float16" if device.startswith("cuda") else "int8") if fw else dtype,
+                       "quantized": wtx_quantized(config, models),
                        "threads": args.threads, "file": audio.name, "config": config, "seconds": seconds,
                        "audio_s": durations[audio], "rtfx": durations[audio] / seconds,
                        **score(text, segments, boundaries), "errors_near": {}}  # fmt: skip
