@@ -118,14 +118,13 @@ def cross_count(reference: str, decoded: dict) -> None:
                 row["errors_near"][other] = score(reference, segments, boundaries)["boundary_errors"]
 
 
-WTX_MODEL = {"unprompted": "unprompted", "greedy": "greedy"}  # which loaded model a wtx configuration runs ("prompted" otherwise)
+# the configurations wtx runs, and which of the loaded wtx models each runs
+WTX_MODEL = {"silence": "prompted", "fixed": "prompted", "plain": "prompted", "greedy": "greedy", "unprompted": "unprompted"}
 
 
 def wtx_quantized(config, models) -> bool:
     """Whether the wtx model a configuration runs has int8 logits (False for stock and faster-whisper)."""
-    if config.startswith("fw-") or config in ("decode", "transcribe", "transcribe-beam5"):
-        return False
-    return models[WTX_MODEL.get(config, "prompted")].engine.quantized
+    return config in WTX_MODEL and models[WTX_MODEL[config]].engine.quantized
 
 
 def run_config(config, models, stock, audio_path):
@@ -154,7 +153,7 @@ def run_config(config, models, stock, audio_path):
                                        models["fw_batch_size"]), None  # fmt: skip
     if config in ("silence", "greedy", "unprompted", "fixed"):
         segments, boundaries = [], []
-        model = models[WTX_MODEL.get(config, "prompted")]
+        model = models[WTX_MODEL[config]]
         # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
         windows = AudioReader(str(audio_path), "fixed" if config == "fixed" else "silence", model.detector)
         recording = Recording(audio_path.name, iter(windows), {}, "en")

@@ -529,20 +529,17 @@ def test_a_signal_waits_until_outputs_and_journal_agree(sig):
 
     from wtx import transcribe
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
-    try:
-        with transcribe._sigterm_as_interrupt():  # as the CLI runs a job
-            before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-            done = []
-            raised = transcribe.Terminated if sig == "SIGTERM" else KeyboardInterrupt
-            with pytest.raises(raised), transcribe._signals_held():
-                os.kill(os.getpid(), getattr(signal, sig))
-                done.append("outputs")
-                done.append("journal removed")
-            assert done == ["outputs", "journal removed"]
-            assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    # SIGINT as in a terminal, SIGTERM as the CLI handles it while a job runs
+    with transcribe._handlers({signal.SIGINT: signal.default_int_handler}), transcribe._sigterm_as_interrupt():
+        before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+        done = []
+        raised = transcribe.Terminated if sig == "SIGTERM" else KeyboardInterrupt
+        with pytest.raises(raised), transcribe._signals_held():
+            os.kill(os.getpid(), getattr(signal, sig))
+            done.append("outputs")
+            done.append("journal removed")
+        assert done == ["outputs", "journal removed"]
+        assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # handed back
 
 
 def test_an_ignored_signal_stays_ignored_while_outputs_are_written():
@@ -550,10 +547,7 @@ def test_an_ignored_signal_stays_ignored_while_outputs_are_written():
 
     from wtx import transcribe
 
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # nohup, or a background job
-    try:
+    with transcribe._handlers({signal.SIGINT: signal.SIG_IGN}):  # nohup, or a background job
         with transcribe._signals_held():
             os.kill(os.getpid(), signal.SIGINT)
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGINT, previous)

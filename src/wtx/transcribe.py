@@ -118,21 +118,28 @@ def _unwritable(folder: Path) -> str | None:
 
 
 @contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises Terminated in the main thread while the job runs."""
-
-    def handler(signum, frame):
-        raise Terminated()
-
+def _handlers(handlers: dict):
+    """The signal handlers given (signal -> handler) while the block runs, the previous ones after
+    it. Outside the main thread, where Python delivers no signals, nothing is installed."""
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {s: signal.signal(s, handler) for s, handler in handlers.items()}
     except ValueError:  # not the main thread (an embedding program): leave signals alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM raises Terminated in the main thread while the job runs."""
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    return _handlers({signal.SIGTERM: handler})
 
 
 @contextmanager
@@ -145,19 +152,11 @@ def _signals_held():
     def hold(signum, frame):
         caught.append(signum)
 
+    live = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) not in (signal.SIG_IGN, None)]
     try:
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-        held = {s: h for s, h in handlers.items() if h not in (signal.SIG_IGN, None)}
-        for s in held:
-            signal.signal(s, hold)
-    except ValueError:  # not the main thread: signals are not delivered here anyway
-        yield
-        return
-    try:
-        yield
+        with _handlers(dict.fromkeys(live, hold)):
+            yield
     finally:
-        for s, handler in held.items():
-            signal.signal(s, handler)
         for s in dict.fromkeys(caught):
             signal.raise_signal(s)
 
