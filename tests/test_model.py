@@ -4,7 +4,7 @@ import pytest
 import torch
 import whisper.model
 
-from wtx.model import load_model
+from wtx.model import LiveWindows, load_model
 
 DIMS = whisper.model.ModelDimensions(
     n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=4, n_audio_layer=2,
@@ -69,6 +69,25 @@ def test_left_padded_rows_match_unpadded_decoding(models):
     got = torch.cat(got, dim=1)
     for i in range(2):
         torch.testing.assert_close(got[i : i + 1], expected[i], rtol=1e-4, atol=1e-4)
+
+
+@torch.inference_mode()
+def test_live_windows_decode_as_the_whole_batch(models):
+    """Windows of 2 rows each (beams sharing their audio), some of them ended: the live windows'
+    rows get the logits the whole batch gives them, reading their own window's audio and cache;
+    the ended rows' logits are zeros."""
+    stock, ours = models
+    xa = stock.encoder(torch.randn(3, 80, 3000))
+    ours.setup_caches(3, 8, group=2)
+    ours.decoder.set_audio_features(xa)
+    pad = torch.zeros(6, dtype=torch.long)
+    prefix = torch.randint(0, 50000, (6, 4))
+    ours.decoder(prefix, torch.arange(4), pad)
+    token = torch.randint(0, 50000, (6, 1))
+    whole = ours.decoder(token, torch.tensor([4]), pad)
+    live = ours.decoder(token, torch.tensor([4]), pad, LiveWindows([0, 2], group=2))
+    torch.testing.assert_close(live[[0, 1, 4, 5]], whole[[0, 1, 4, 5]], rtol=1e-5, atol=1e-5)
+    assert not live[2:4].any()
 
 
 def test_caches_are_preallocated_once(models):

@@ -5,7 +5,10 @@ compiled, three books four times over (3:07 of audio), batch 64 decoded tiny.en 
 fastest of 16, 32, 64 and 128. Shapes not measured take 32. On a CPU every batch is padded to
 its size, so a small batch wastes the least on short inputs; CPU_BATCH measured fastest there
 greedy, and CPU_GROUPS with 5 beams (tiny.en, 2 threads: five minutes of copperfield in 73.8,
-57.7 and 72.0 s at 2, 4 and 8 windows; long_mix, 13:24, in 124 s at 4 and 157 s at 8).
+57.7 and 72.0 s at 2, 4 and 8 windows; long_mix, 13:24, in 124 s at 4 and 157 s at 8). With
+beam search computing only the windows still decoding (wtx.model.LiveWindows), 8 windows ran
+copperfield (26:09) in 135.2 s against 149.6 s at 4, but the 62-second sample in 12.2 to 12.6 s
+against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512): CPU_GROUPS stays 4.
 """
 
 import torch

@@ -224,6 +224,7 @@ class BatchDecoder:
             samples, _, *rest = inputs
             samples = samples.to(self.device, non_blocking=True)
             no_speech, language_tokens = self.prefill(samples, language_tokens, *(t.to(self.device) for t in rest))
+        loop.retire(n)
         self.run_steps()
         return self.results(windows, self.hypotheses(n), no_speech[:n], language_tokens, temperatures)
 

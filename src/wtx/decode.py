@@ -217,6 +217,13 @@ class DecodeLoop(torch.nn.Module):
         for t in (self.i, self.max_ts, self.finished, self.sum_logprobs):
             t.zero_()
 
+    group = 1  # decoder rows per window
+
+    def retire(self, n: int) -> None:
+        """The rows past the first n windows' (a batch's padding) take no steps: ended from the
+        start, so the steps stop once the real windows have ended (outside any graph)."""
+        self.finished[n * self.group :] = True
+
     def _sampled_at(self, offset: int) -> Tensor:
         # the token sampled `offset` steps ago [B]; column 0 where there is none (the filters ignore it)
         column = (self.i - offset).clamp(min=0).view(1, 1).expand(self.sampled.shape[0], 1)

