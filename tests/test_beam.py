@@ -70,11 +70,15 @@ def test_a_window_decodes_the_same_in_any_batch(engine_and_stock):
     assert together[1].temperature == 0.6
 
 
-def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, monkeypatch):
+@pytest.mark.parametrize("beam_size", [5, 1])
+def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, monkeypatch, beam_size):
     """Eagerly on a CPU a batch's padding windows end before the first step, and a window whose
-    beams have ended drops out of the steps' attention and logits; the tokens stay those of the
-    window decoded alone."""
+    rows have ended drops out of the steps' attention and logits; the tokens stay those of the
+    window decoded alone (greedy: with int8 logits, as --quantize auto runs it)."""
     engine, _ = engine_and_stock
+    if beam_size == 1:
+        engine = Engine(replace(engine.options, decoding=DecodingOptions(), quantize="int8"), model=engine.model)
+        assert engine.quantized
     windows = first_windows("audio/lj001_0001-0032_concat.flac", 2)
     alone = [engine.decode_batch([w])[0].tokens for w in windows]
     loop = engine.batch.ensure_loop()
@@ -83,7 +87,7 @@ def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, m
     monkeypatch.setattr(loop, "live_windows", lambda: seen.append(live_windows()) or seen[-1])
     together = engine.decode_batch(windows)  # 2 windows in a batch of 4
     assert [r.tokens for r in together] == alone
-    assert seen[0].windows == [0, 1] and seen[0].group == 5
+    assert seen[0].windows == [0, 1] and seen[0].group == beam_size
     assert seen[-1].windows != [0, 1]  # one of them ended first and was no longer computed
     assert all(set(b.windows) <= set(a.windows) for a, b in itertools.pairwise(seen))
 

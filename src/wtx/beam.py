@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from wtx.decode import DecodeLoop, DecodeState, LogitFilters, pick_tokens
-from wtx.model import LiveWindows, eager_cpu_slot
+from wtx.model import eager_cpu_slot
 from wtx.options import DecodingOptions
 
 
@@ -109,14 +109,6 @@ class GroupLoop(DecodeLoop):
     def retire(self, n: int) -> None:
         super().retire(n)
         self.frozen[n:] = True
-
-    def live_windows(self) -> LiveWindows | None:
-        """Run eagerly on a CPU: the windows with a row still decoding, whose attention and logits
-        are the only ones computed (see LiveWindows). None elsewhere: every row, fixed shapes."""
-        if self.finished.device.type != "cpu" or torch.compiler.is_compiling():
-            return None
-        windows = (~self.finished.view(self.n_windows, self.group).all(dim=1)).nonzero()[:, 0]
-        return LiveWindows(windows.tolist(), self.group)
 
     def _beam_step(self, logprobs: Tensor, stepping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One step of beam search for every window: (token, source row, summed log-probability),

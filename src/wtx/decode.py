@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from wtx.model import LiveWindows
 from wtx.options import DecodingOptions
 from wtx.segments import TIME_PRECISION
 
@@ -224,6 +225,14 @@ class DecodeLoop(torch.nn.Module):
         start, so the steps stop once the real windows have ended (outside any graph)."""
         self.finished[n * self.group :] = True
 
+    def live_windows(self) -> LiveWindows | None:
+        """Run eagerly on a CPU: the windows with a row still decoding, whose attention and logits
+        are the only ones computed (see LiveWindows). None elsewhere: every row, fixed shapes."""
+        if self.finished.device.type != "cpu" or torch.compiler.is_compiling():
+            return None
+        windows = (~self.finished.view(-1, self.group).all(dim=1)).nonzero()[:, 0]
+        return LiveWindows(windows.tolist(), self.group)
+
     def _sampled_at(self, offset: int) -> Tensor:
         # the token sampled `offset` steps ago [B]; column 0 where there is none (the filters ignore it)
         column = (self.i - offset).clamp(min=0).view(1, 1).expand(self.sampled.shape[0], 1)
@@ -241,6 +250,6 @@ class DecodeLoop(torch.nn.Module):
         n_ctx = self.decoder.positional_embedding.shape[0]
         self.finished.copy_(new.finished | (self.input_pos - self.pad >= n_ctx))
         self.sum_logprobs.copy_(new.sum_logprobs)
-        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos, self.pad)[:, -1])
+        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos, self.pad, self.live_windows())[:, -1])
         self.input_pos.add_(1)
         self.i.add_(1)
