@@ -18,7 +18,7 @@ import torch
 from wtx import __version__
 from wtx.audio import stream_samples
 from wtx.split import make_windows
-from wtx.vad import CUDA_GROUP, GROUP, PARTS, load_detector, speech_windows
+from wtx.vad import CUDA_GROUP, CUDA_PARTS, GROUP, PARTS, load_detector, speech_windows
 
 
 def main() -> int:
@@ -47,7 +47,7 @@ def main() -> int:
               f"in {seconds:.2f} s ({audio / seconds:.0f}x real time)", file=sys.stderr)  # fmt: skip
     if args.json:
         meta = {"wtx": __version__, "torch": torch.__version__, "threads": args.threads, "split": args.split,
-                "group": GROUP, "cuda_group": CUDA_GROUP, "parts": PARTS, "machine": platform.processor() or platform.machine()}  # fmt: skip
+                "group": GROUP, "cuda_group": CUDA_GROUP, "parts": PARTS, "cuda_parts": CUDA_PARTS, "machine": platform.processor() or platform.machine()}  # fmt: skip
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "files": rows}, f, indent=2)
             f.write("\n")

@@ -53,13 +53,13 @@ def test_the_detectors_graph_gives_its_eager_scores():
 
     from wtx.audio import fixed_windows, stream_samples
     from wtx.engine import Engine, EngineOptions
-    from wtx.vad import PARTS, load_detector
+    from wtx.vad import load_detector
 
     detector = load_detector("cuda")
     assert detector is not None and detector.graph is not None
     windows = list(fixed_windows(stream_samples(str(SAMPLE))))
     rows = np.stack([windows[i % len(windows)].samples for i in range(detector.group)])
-    rows = rows.reshape(detector.group * PARTS, -1)
+    rows = rows.reshape(detector.group * detector.parts, -1)
     with torch.jit.optimized_execution(False):
         eager = detector._frames(torch.from_numpy(rows).cuda())
     assert torch.equal(detector.probabilities(rows), eager)

@@ -90,6 +90,37 @@ def test_live_windows_decode_as_the_whole_batch(models):
     assert not live[2:4].any()
 
 
+def test_live_windows_come_in_runs_of_neighbours():
+    live = LiveWindows([0, 1, 3, 5, 6, 7], group=2)
+    assert live.runs() == [slice(0, 2), slice(3, 4), slice(5, 8)]
+    assert live.run_rows()[1] == (slice(3, 4), slice(6, 8))
+    assert LiveWindows([], group=5).runs() == []
+
+
+@pytest.mark.parametrize("group", [1, 3])
+@torch.inference_mode()
+def test_a_live_window_gets_the_same_bits_whichever_windows_decode_beside_it(models, group):
+    """A step's attention for live windows runs in runs of neighbours; a window's logits are
+    the same bits alone, in a run of three and beside a gap, so its text never depends on
+    which windows of its batch are still decoding."""
+    stock, ours = models
+    xa = stock.encoder(torch.randn(4, 80, 3000))
+    ours.setup_caches(4, 8, group=group)
+    ours.decoder.set_audio_features(xa)
+    pad = torch.tensor([0, 1, 2, 0] * group).view(group, 4).T.reshape(-1)
+    ours.decoder(torch.randint(0, 50000, (4 * group, 4)), torch.arange(4), pad)
+    token = torch.randint(0, 50000, (4 * group, 1))
+
+    def step(windows):
+        return ours.decoder(token, torch.tensor([4]), pad, LiveWindows(windows, group))
+
+    alone = {w: step([w])[w * group : (w + 1) * group] for w in range(4)}
+    for windows in ([0, 1, 2], [1, 3], [0, 1, 2, 3]):
+        logits = step(windows)
+        for w in windows:
+            assert torch.equal(logits[w * group : (w + 1) * group], alone[w]), (windows, w)
+
+
 def test_caches_are_preallocated_once(models):
     _, ours = models
     ours.setup_caches(5, 300)

@@ -77,23 +77,27 @@ def eager_cpu_slot(input_pos: Tensor) -> int | None:
 
 
 def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None,
-                      input_pos: Tensor | None = None) -> Tensor:  # fmt: skip
+                      input_pos: Tensor | None = None, by_row: bool = False) -> Tensor:  # fmt: skip
     """The decoder's attention: few queries (a step's, or a prompt's) over the cache or the audio.
 
-    SDPA, except in bf16 or fp16 on a CPU: there torch's flash kernel, built for long queries,
-    took 4.3 ms for a step's cross-attention (8 windows, 6 heads, 1500 keys, bf16) where two
-    matmuls take 0.76 ms, and 1.3 ms for its self-attention where they take 0.25 ms. The
-    logits and the softmax are in float32, as SDPA keeps them. (Measured with torch 2.13.0 on 2
-    cores of an AMD EPYC with AVX-512 BF16.) Run eagerly on a CPU, in any dtype, self-attention
-    (input_pos given) reads the cache only up to the last slot written, which every row of every
-    batch has at the same step: for 20 rows (4 windows x 5 beams) at slot 240 of 449, SDPA took
-    0.49 ms instead of 1.43 ms in float32 on 2 AVX2 cores."""
+    SDPA, except on a CPU in bf16 or fp16, or `by_row` (a step of live windows): there two
+    matmuls with a float32 softmax, which compute every row on its own, to the same bits
+    whichever rows are computed beside it (torch's CPU flash kernel splits its work by the
+    batch's size: a row's bits changed with it). So a step computes only the windows still
+    decoding, in runs of neighbours (LiveWindows). For a step's cross-attention (8 rows, 6 heads,
+    1500 keys, float32) the matmuls took 0.97 ms against SDPA's 0.90 ms in one call and 1.51 ms
+    row by row; a prompt's many queries stay with SDPA (the prefill took 0.2 s longer a batch
+    with matmuls). In bf16 torch's flash kernel took 4.3 ms for that cross-attention where the
+    matmuls take 0.76 ms. Run eagerly on a CPU, self-attention (input_pos given) reads the cache
+    only up to the last slot written, which every row of every batch has at the same step: for
+    20 rows (4 windows x 5 beams) at slot 240 of 449, 0.49 ms instead of 1.43 ms on 2 AVX2 cores.
+    (torch 2.13.0, 2 cores of an AMD EPYC.)"""
     if q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     last = eager_cpu_slot(input_pos) if input_pos is not None else None
     if last is not None:
         k, v, mask = k[:, :, : last + 1], v[:, :, : last + 1], mask[..., : last + 1]
-    if q.dtype == torch.float32:
+    if q.dtype == torch.float32 and not by_row:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     w = (q @ k.transpose(-1, -2)).float() * q.shape[-1] ** -0.5
     if mask is not None:
@@ -113,15 +117,16 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h * dh)
 
 
-def group_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def group_attention(q: Tensor, k: Tensor, v: Tensor, by_row: bool = False) -> Tensor:
     """Cross-attention of q [B * G, H, T, Dh], G rows per window, over the windows' keys and
-    values [B, H, S, Dh]: a window's rows are queries of one attention call, its audio read once."""
+    values [B, H, S, Dh]: a window's rows are queries of one attention call, its audio read once.
+    by_row: see decoder_attention."""
     group = q.shape[0] // k.shape[0]
     if group == 1:
-        return decoder_attention(q, k, v)
+        return decoder_attention(q, k, v, by_row=by_row)
     b, h, t, dh = k.shape[0], q.shape[1], q.shape[2], q.shape[3]
     q = q.view(b, group, h, t, dh).transpose(1, 2).reshape(b, h, group * t, dh)  # a window's rows as queries
-    a = decoder_attention(q, k, v)
+    a = decoder_attention(q, k, v, by_row=by_row)
     return a.view(b, h, group, t, dh).transpose(1, 2).reshape(b * group, h, t, dh)
 
 
@@ -129,10 +134,11 @@ def group_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 class LiveWindows:
     """The windows of a batch still decoding, each `group` decoder rows (an eager CPU).
 
-    Their rows' attention and logits are computed window by window; the other rows' are zeros,
-    never read. A window's attention is a call of its own and its logits a product of the same
-    shape (int8 logits: sums of integers, one call for all live rows; greedy float32 logits: the
-    whole batch), so its tokens are the same whichever windows are still decoding beside it. On
+    Only their rows' attention and logits are computed; the other rows' are zeros, never read.
+    Attention runs over each run of neighbouring live windows as matmuls, which compute every
+    row on its own (decoder_attention); beam search's float32 logits are a product per window,
+    int8 logits one call for all live rows (sums of integers), greedy float32 logits the whole
+    batch. So a window's tokens are the same whichever windows are still decoding beside it. On
     copperfield (26:09, tiny.en, beam 5, batch 4, 2 cores) the process took 149.6 s against
     170.8 s computing every row, writing the same bytes."""
 
@@ -141,6 +147,20 @@ class LiveWindows:
 
     def rows(self) -> list[slice]:
         return [slice(w * self.group, (w + 1) * self.group) for w in self.windows]
+
+    def runs(self) -> list[slice]:
+        """The live windows as runs of neighbours: slices of windows, in order."""
+        runs: list[slice] = []
+        for w in self.windows:
+            if runs and runs[-1].stop == w:
+                runs[-1] = slice(runs[-1].start, w + 1)
+            else:
+                runs.append(slice(w, w + 1))
+        return runs
+
+    def run_rows(self) -> list[tuple[slice, slice]]:
+        """(windows, their decoder rows) for every run of neighbouring live windows."""
+        return [(run, slice(run.start * self.group, run.stop * self.group)) for run in self.runs()]
 
     def row_index(self) -> list[int]:
         return [w * self.group + g for w in self.windows for g in range(self.group)]
@@ -215,8 +235,8 @@ class SelfAttention(nn.Module):
         if live is None:
             return self.out(merge_heads(decoder_attention(q, k, v, mask, input_pos)))
         a = q.new_zeros(q.shape)
-        for rows in live.rows():
-            a[rows] = decoder_attention(q[rows], k[rows], v[rows], mask[rows], input_pos)
+        for _, rows in live.run_rows():
+            a[rows] = decoder_attention(q[rows], k[rows], v[rows], mask[rows], input_pos, by_row=True)
         return self.out(merge_heads(a))
 
 
@@ -242,8 +262,8 @@ class CrossAttention(nn.Module):
         if live is None:
             return self.out(merge_heads(group_attention(q, k, v)))
         a = q.new_zeros(q.shape)
-        for window, rows in zip(live.windows, live.rows()):
-            a[rows] = group_attention(q[rows], k[window : window + 1], v[window : window + 1])
+        for windows, rows in live.run_rows():
+            a[rows] = group_attention(q[rows], k[windows], v[windows], by_row=True)
         return self.out(merge_heads(a))
 
     def qk(self, x: Tensor, heads: Tensor) -> Tensor:
