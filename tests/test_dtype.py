@@ -1,8 +1,10 @@
-"""--dtype auto, and the CPU's bf16 attention path."""
+"""--dtype auto (a CPU's bf16 encoder), and the CPU's bf16 attention path."""
 
+import pytest
 import torch
 
-from wtx.engine import pick_dtype
+from wtx import engine
+from wtx.engine import native_bf16, pick_dtype, pick_encoder_dtype
 
 
 def test_auto_is_fp16_on_cuda_and_fp32_on_a_cpu():
@@ -32,3 +34,66 @@ def test_decoder_attention_on_a_cpu_matches_sdpa():
     assert torch.equal(got, sliced)
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
     assert torch.equal(decoder_attention(q, k, v, mask), expected)  # no slot given: the whole cache
+
+
+def test_decoder_attention_by_row_matches_sdpa():
+    """A step of live windows (by_row): matmuls with a float32 softmax, SDPA's result to rounding."""
+    from wtx.model import decoder_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 6, n, 64) for n in (1, 448, 448))
+    mask = torch.arange(448)[None, None, None, :] <= torch.tensor([300, 200, 447])[:, None, None, None]
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(decoder_attention(q, k, v, mask, by_row=True), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_native_bf16_reads_the_cpu_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert native_bf16(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 amx_tile amx_bf16\n")
+    assert native_bf16(cpuinfo)
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512bw\n")  # bf16 converted, not native
+    assert not native_bf16(cpuinfo)
+    assert not native_bf16(tmp_path / "absent")  # not Linux
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_runs_a_cpus_encoder_in_bf16_only_where_native(native):
+    cpu, fp32 = torch.device("cpu"), torch.float32
+    expected = torch.bfloat16 if native else fp32
+    assert pick_encoder_dtype("auto", cpu, fp32, native=native) == expected
+    assert pick_encoder_dtype(None, cpu, fp32, native=native) == expected
+    assert pick_encoder_dtype("fp32", cpu, fp32, native=native) == fp32  # asked for: the whole model
+    assert pick_encoder_dtype("auto", cpu, fp32, compile=True, native=native) == fp32
+    assert pick_encoder_dtype("auto", torch.device("cuda"), torch.float16, native=native) == torch.float16
+    assert pick_encoder_dtype("bf16", cpu, torch.bfloat16, native=native) == torch.bfloat16
+
+
+def test_a_bf16_encoder_feeds_the_float32_decoder(monkeypatch):
+    """--dtype auto where bf16 is native: the encoder in bf16, its features cast to the decoder's
+    float32; --dtype fp32 keeps the whole model in float32. The same window's tokens, here on
+    random weights, come out of both (the encoder's rounding is small beside the features)."""
+    import numpy as np
+    import whisper.model
+
+    from wtx.audio import N_SAMPLES, Window
+    from wtx.engine import Engine, EngineOptions
+    from wtx.options import DecodingOptions
+
+    dims = whisper.model.ModelDimensions(80, 1500, 64, 4, 2, 51864, 448, 64, 4, 2)
+    torch.manual_seed(0)
+    checkpoint = {"dims": dims.__dict__, "model_state_dict": whisper.model.Whisper(dims).state_dict()}
+    monkeypatch.setattr("wtx.engine.load_checkpoint", lambda name: checkpoint)
+    monkeypatch.setattr(engine, "native_bf16", lambda: True)
+    window = Window(0, 0.0, 30.0, (np.random.default_rng(0).standard_normal(N_SAMPLES) * 0.1).astype(np.float32))
+    decoding = DecodingOptions(beam_size=1, sample_len=8)
+    runs = {}
+    for dtype in ("auto", "fp32"):
+        e = Engine(EngineOptions(model="random", device="cpu", dtype=dtype, batch_size=2, decoding=decoding))
+        assert e.dtype == torch.float32
+        assert e.encoder_dtype == (torch.bfloat16 if dtype == "auto" else torch.float32)
+        runs[dtype] = e.decode_batch([window])[0].tokens
+        features = e.model.decoder.blocks[0].cross_attn.cross_kv.k
+        assert features.dtype == torch.float32
+    assert runs["auto"] == runs["fp32"] and len(runs["fp32"]) > 0

@@ -41,6 +41,7 @@ class Model:
     def options(self) -> dict:
         o = self.engine.options
         return {"model": o.model, "device": str(self.engine.device), "dtype": str(self.engine.dtype).removeprefix("torch."),
+                "encoder_dtype": str(self.engine.encoder_dtype).removeprefix("torch."),
                 "quantized": self.engine.quantized, "batch_size": o.batch_size, "compile": o.compile, "condition_on_previous_text": o.condition_on_previous_text,
                 "task": o.decoding.task, "language": o.decoding.language, "vad": self.detector is not None,
                 "decoding": asdict(o.decoding)}  # fmt: skip

@@ -58,6 +58,7 @@ class BatchDecoder:
         self.slots = torch.arange(self.n_slots, device=self.device)
         self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
+        self.encoder_dtype = model.encoder.conv1.weight.dtype  # bf16 on some CPUs (engine.pick_encoder_dtype)
         self._silence: torch.Tensor | None = None  # the features of an all-zero window (eager CPU)
         self.projection: torch.nn.Module | None = None  # the logits' (int8: wtx.quantize); None: the embedding's
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
@@ -99,8 +100,8 @@ class BatchDecoder:
         if self.device.type == "cpu" and self.encoder is self.model.encoder:
             features = torch.cat([self._encode_window(row) for row in samples])
         else:  # the batch's fixed shape, as compiled and captured
-            features = self.encoder(log_mel_spectrogram(samples, self.dims.n_mels).to(self.dtype))
-        self.model.decoder.set_audio_features(features)
+            features = self.encoder(log_mel_spectrogram(samples, self.dims.n_mels).to(self.encoder_dtype))
+        self.model.decoder.set_audio_features(features.to(self.dtype))  # a bf16 encoder's (a CPU's) to the decoder's
 
     def _encode_window(self, samples: torch.Tensor) -> torch.Tensor:
         """The encoder on one window [N_SAMPLES] (an eager CPU): one window's shape, whatever the
@@ -108,9 +109,9 @@ class BatchDecoder:
         or digital silence) reuses the features computed for the first one. Measured on 2 cores
         (tiny.en): 3.03 s for 8 windows one by one against 3.58 s as one batch, bit for bit equal."""
         if samples.any():
-            return self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.dtype))
+            return self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))
         if self._silence is None:
-            self._silence = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.dtype))
+            self._silence = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))
         return self._silence
 
     def _language_at_sot(self, n: int) -> torch.Tensor:

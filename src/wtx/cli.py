@@ -11,9 +11,10 @@ import typer
 
 from wtx import __version__
 
-DTYPE_HELP = ("auto, fp32, fp16 or bf16. auto (the default): fp16 on CUDA, fp32 on a CPU. On a CPU "
-              "with AMX or AVX-512 BF16, bf16 is faster (1.2x at beam 5, 1.5x at beam 1 on 2 cores) "
-              "but measured less accurate at beam 5.")
+DTYPE_HELP = ("auto, fp32, fp16 or bf16. auto (the default): fp16 on CUDA; on a CPU fp32, with the "
+              "encoder in bf16 where the CPU computes bf16 natively (AMX or AVX-512 BF16: 1.5x faster "
+              "encoder on 2 cores, the same average WER). fp32: all of the model in fp32. bf16 on a CPU "
+              "is faster still (1.2x at beam 5, 1.5x at beam 1) but measured less accurate at beam 5.")
 QUANTIZE_HELP = ("auto, int8 or none. int8: the logit projection (the token embedding, read whole at every "
                  "decode step) in int8 with a scale per token, activations quantised per row; on a CPU in "
                  "fp32, eager only. auto (the default): int8 there when decoding greedily (--beam-size 1: "

@@ -72,6 +72,7 @@ class Resolved:
     max_prompt: int
     multilingual: bool
     vad: bool
+    native_bf16: bool = False  # the worker's CPU computes bf16 natively (engine.pick_encoder_dtype)
 
 
 def connect(options: ClusterOptions, workers_hint: int = 1):
@@ -109,7 +110,7 @@ def cluster_device(ray, device: str | None) -> str:
 def resolve_here(engine: EngineOptions) -> Resolved:
     """The automatic options as this machine resolves them (with `--ray local` it is the cluster)."""
     from wtx.autobatch import pick_batch_size
-    from wtx.engine import pick_device, pick_dtype
+    from wtx.engine import native_bf16, pick_device, pick_dtype
     from wtx.model import ModelDimensions
     from wtx.vad import model_file
     from wtx.weights import load_checkpoint
@@ -119,7 +120,8 @@ def resolve_here(engine: EngineOptions) -> Resolved:
     dtype = pick_dtype(engine.dtype, device)
     batch = engine.batch_size or pick_batch_size(dims, device, dtype, engine.decoding.group)
     max_prompt = dims.n_text_ctx // 2 - 1 if engine.condition_on_previous_text else 0
-    return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None)
+    return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None,
+                    native_bf16())  # fmt: skip
 
 
 def probe(ray, engine: EngineOptions) -> Resolved:

@@ -12,6 +12,7 @@ other rows do the same for other stretches of the recording, or for other record
 
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -29,7 +30,8 @@ from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
 
-__all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "pick_device", "pick_dtype", "pick_quantize"]
+__all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "native_bf16", "pick_device", "pick_dtype",
+           "pick_encoder_dtype", "pick_quantize"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
@@ -42,7 +44,7 @@ def pick_device(device: str | None) -> torch.device:
 
 
 def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
-    """"auto" (or None): fp16 on CUDA, fp32 on a CPU.
+    """"auto" (or None): fp16 on CUDA, fp32 on a CPU (whose encoder may run in bf16: pick_encoder_dtype).
 
     bf16 is not the CPU's default, even where the CPU runs it natively: on 2 cores of an AMD EPYC
     with AVX-512 BF16 (torch 2.13.0, tiny.en, copperfield, 26:09) it took 176.9 s against 219.3 s
@@ -51,6 +53,31 @@ def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     if dtype in (None, "auto"):
         return torch.float16 if device.type == "cuda" else torch.float32
     return DTYPES[dtype]
+
+
+def native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU computes bf16 natively (AVX-512 BF16 or AMX; Linux's CPU flags). Other
+    CPUs convert bf16 to float32 and back around every operation."""
+    try:
+        flags = next((line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: torch.dtype, compile: bool = False,
+                       native: bool | None = None) -> torch.dtype:  # fmt: skip
+    """The encoder's dtype: the model's, except for "auto" (or None) on a CPU in float32, eager,
+    that computes bf16 natively: there the encoder runs in bf16 and the decoder in float32.
+
+    On 2 cores of an AMD EPYC with AVX-512 BF16 (torch 2.13.0, tiny.en) a window's encoder took
+    0.167 s in bf16 against 0.251 s in float32; over the five long files of scripts/eval_wer.py
+    (64:02) the average WER was 9.21% against 9.28% at beam 5 and 10.52% in both greedy
+    (docs/benchmarks.md). The whole model in bf16 lost 2.4 points at beam 5 on copperfield,
+    mostly to the logits' rounding. native: whether
+    the CPU that runs it computes bf16 natively (default: this one's)."""
+    auto = dtype in (None, "auto") and device.type == "cpu" and model_dtype == torch.float32 and not compile
+    return torch.bfloat16 if auto and (native_bf16() if native is None else native) else model_dtype
 
 
 def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False,
@@ -94,7 +121,10 @@ class Engine:
             checkpoint = load_checkpoint(options.model)
             startup.mark("weights read")
             model = load_model(checkpoint, self.device, self.dtype)
+            # only a model of its own: a given model runs as it is
+            model.encoder.to(pick_encoder_dtype(options.dtype, self.device, self.dtype, options.compile))
             startup.mark("model on the device (CUDA initialised)" if self.device.type == "cuda" else "model built")
+        self.encoder_dtype = model.encoder.conv1.weight.dtype
         self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
                                        options.decoding.beam_size)  # fmt: skip
         self.model = model

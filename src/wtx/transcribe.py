@@ -269,6 +269,7 @@ class _Backend:
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
     quantized: bool = False  # int8 logit projection (wtx.quantize)
+    encoder_dtype: str = ""  # where it differs from dtype: a bf16 encoder on a CPU (engine.pick_encoder_dtype)
 
 
 def _status(line: str) -> None:
@@ -296,7 +297,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "graphs": "captured CUDA graphs in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
-        weights = ", int8 logits" if engine.quantized else ""
+        weights = (", bf16 encoder" if engine.encoder_dtype != engine.dtype else "") + (", int8 logits" if engine.quantized else "")
         _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
                 f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
                 f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -325,7 +326,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
-        detector, stock, engine, quantized=engine.quantized,
+        detector, stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
     )  # fmt: skip
 
 
@@ -333,7 +334,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     import torch
 
     from wtx import cluster
-    from wtx.engine import pick_quantize
+    from wtx.engine import pick_encoder_dtype, pick_quantize
 
     started = time.perf_counter()
     threads = job.threads or torch.get_num_threads()  # this machine's choice, as a single process makes it
@@ -367,6 +368,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     options = replace(options, batch_size=resolved.batch_size)
     options = replace(options, compile=_compiles_on(resolved.device, job))
     dtype = getattr(torch, resolved.dtype.removeprefix("torch."))
+    encoder_dtype = pick_encoder_dtype(options.dtype, torch.device(resolved.device), dtype, options.compile, resolved.native_bf16)
     try:
         quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile,
                                   options.decoding.beam_size)  # fmt: skip
@@ -383,7 +385,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
         _warn(f"silero-vad is not installed on the workers, so only silence is skipped: {INSTALL}")
     if not job.quiet:
-        weights = ", int8 logits" if quantized else ""
+        weights = (", bf16 encoder" if encoder_dtype != dtype else "") + (", int8 logits" if quantized else "")
         _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}{weights}), "
                 f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
                 f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
@@ -400,7 +402,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     graphs = resolved.device == "cuda" and options.cuda_graph
     steps = _steps_run_as("compiled" if options.compile else "graphs" if graphs else "eager")
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
-                    events, stdout=out, quantized=quantized)  # fmt: skip
+                    events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype))  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -444,7 +446,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
                 readahead: ReadAhead) -> int:  # fmt: skip
     # everything that changes a window's text: a journal written under other options is not resumed
     config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": backend.batch_size,
-              "task": job.task, "language": job.language, "dtype": backend.dtype, "quantized": backend.quantized, "device": backend.device,
+              "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps}  # fmt: skip
