@@ -55,8 +55,11 @@ def test_the_detectors_graph_gives_its_eager_scores():
     from wtx.engine import Engine, EngineOptions
     from wtx.vad import load_detector
 
+    from wtx.audio import N_SAMPLES
+
     detector = load_detector("cuda")
     assert detector is not None and detector.graph is not None
+    assert detector.static.shape == (detector.group * detector.parts, N_SAMPLES // detector.parts)  # what speech() gives it
     windows = list(fixed_windows(stream_samples(str(SAMPLE))))
     rows = np.stack([windows[i % len(windows)].samples for i in range(detector.group)])
     rows = rows.reshape(detector.group * detector.parts, -1)

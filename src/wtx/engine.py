@@ -74,8 +74,8 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
     0.167 s in bf16 against 0.251 s in float32; over the five long files of scripts/eval_wer.py
     (64:02) the average WER was 9.21% against 9.28% at beam 5 and 10.52% in both greedy
     (docs/benchmarks.md). The whole model in bf16 lost 2.4 points at beam 5 on copperfield,
-    mostly to the logits' rounding. native: whether
-    the CPU that runs it computes bf16 natively (default: this one's)."""
+    mostly to the logits' rounding. native: whether the CPU that runs it computes bf16
+    natively (default: this one's)."""
     auto = dtype in (None, "auto") and device.type == "cpu" and model_dtype == torch.float32 and not compile
     return torch.bfloat16 if auto and (native_bf16() if native is None else native) else model_dtype
 

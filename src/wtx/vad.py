@@ -98,7 +98,7 @@ class SpeechDetector:
         rows = self.group * self.parts
         try:
             with torch.jit.optimized_execution(False), torch.no_grad():
-                self.static = torch.zeros(rows, N_SAMPLES // PARTS, device=self.device)
+                self.static = torch.zeros(rows, N_SAMPLES // self.parts, device=self.device)
                 stream = torch.cuda.Stream(self.device)
                 stream.wait_stream(torch.cuda.current_stream(self.device))
                 with torch.cuda.stream(stream):  # the libraries' first-use set-up, outside the graph
