@@ -136,9 +136,12 @@ def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
     tone = str(make_wav(tmp_path / "tone.wav", 3.0))
     greedy = run_wtx("transcribe", tone, "--beam-size", "1", "--device", "cpu", "-o", str(tmp_path / "greedy"))
     assert greedy.returncode == 0, greedy.stderr.decode()[-2000:]
-    assert "(float32, int8 logits)" in greedy.stderr.decode()
+    from wtx.engine import native_bf16
+
+    encoder = ", bf16 encoder" if native_bf16() else ""  # --dtype auto on a CPU with native bf16
+    assert f"(float32{encoder}, int8 logits)" in greedy.stderr.decode()
     beams = run_wtx("transcribe", tone, "--device", "cpu", "-o", str(tmp_path / "beams"))
-    assert beams.returncode == 0 and "(float32), " in beams.stderr.decode()  # beam search: auto stays fp32
+    assert beams.returncode == 0 and f"(float32{encoder}), " in beams.stderr.decode()  # beam search: auto stays fp32
     refused = run_wtx("transcribe", tone, "--quantize", "int8", "--dtype", "bf16", "--device", "cpu", "-o", str(tmp_path))
     assert refused.returncode == 1
     assert "--quantize int8 runs on a CPU in fp32, eager; not on cpu in bfloat16" in refused.stderr.decode()

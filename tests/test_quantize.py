@@ -58,7 +58,7 @@ def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
     from wtx.features import log_mel_spectrogram
 
     torch.set_num_threads(2)
-    engine = Engine(EngineOptions(model="tiny.en", device="cpu", batch_size=3))
+    engine = Engine(EngineOptions(model="tiny.en", device="cpu", dtype="fp32", batch_size=3))  # encoder too
     speech = torch.from_numpy((0.1 * np.random.default_rng(0).standard_normal((2, N_SAMPLES))).astype(np.float32))
     samples = torch.stack([speech[0], torch.zeros(N_SAMPLES), speech[1]])
     engine.batch.ensure_loop()  # the cross-attention buffers
