@@ -124,7 +124,6 @@ class Engine:
             # only a model of its own: a given model runs as it is
             model.encoder.to(pick_encoder_dtype(options.dtype, self.device, self.dtype, options.compile))
             startup.mark("model on the device (CUDA initialised)" if self.device.type == "cuda" else "model built")
-        self.encoder_dtype = model.encoder.conv1.weight.dtype
         self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
                                        options.decoding.beam_size)  # fmt: skip
         self.model = model
@@ -150,6 +149,11 @@ class Engine:
             backend = options.step_backend if options.compile else "eager"
             runner = CompiledRunner(self.batch, backend, options.cuda_graph, options.strict)
             self.compile_report = runner.compile(TRACED_SOURCES, on_status)
+
+    @property
+    def encoder_dtype(self) -> torch.dtype:
+        """bf16 on a CPU that computes it natively under --dtype auto (pick_encoder_dtype), else dtype."""
+        return self.batch.encoder_dtype
 
     def decode_batch(self, windows: list[Window], prompts=None, temperatures=None, languages=None) -> list[WindowResult]:
         """Up to batch_size windows decoded at once (see BatchDecoder.decode)."""

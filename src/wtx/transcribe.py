@@ -269,7 +269,12 @@ class _Backend:
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
     quantized: bool = False  # int8 logit projection (wtx.quantize)
-    encoder_dtype: str = ""  # where it differs from dtype: a bf16 encoder on a CPU (engine.pick_encoder_dtype)
+    encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
+
+
+def _precision_note(dtype, encoder_dtype, quantized: bool) -> str:
+    """What the status line adds after the dtype: a bf16 encoder, int8 logits."""
+    return (", bf16 encoder" if encoder_dtype != dtype else "") + (", int8 logits" if quantized else "")
 
 
 def _status(line: str) -> None:
@@ -297,7 +302,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     if not job.quiet:
         how = {"compiled": "compiled in", "loaded": "loaded compiled artifacts in", "graphs": "captured CUDA graphs in", "eager": "running eager after"}
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
-        weights = (", bf16 encoder" if engine.encoder_dtype != engine.dtype else "") + (", int8 logits" if engine.quantized else "")
+        weights = _precision_note(engine.dtype, engine.encoder_dtype, engine.quantized)
         _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
                 f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
                 f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
@@ -385,7 +390,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
         _warn(f"silero-vad is not installed on the workers, so only silence is skipped: {INSTALL}")
     if not job.quiet:
-        weights = (", bf16 encoder" if encoder_dtype != dtype else "") + (", int8 logits" if quantized else "")
+        weights = _precision_note(dtype, encoder_dtype, quantized)
         _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}{weights}), "
                 f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
                 f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
