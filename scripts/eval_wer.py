@@ -122,9 +122,9 @@ def cross_count(reference: str, decoded: dict) -> None:
 WTX_MODEL = {"silence": "prompted", "fixed": "prompted", "plain": "prompted", "greedy": "greedy", "unprompted": "unprompted"}
 
 
-def wtx_quantized(config, models) -> bool:
-    """Whether the wtx model a configuration runs has int8 logits (False for stock and faster-whisper)."""
-    return config in WTX_MODEL and models[WTX_MODEL[config]].engine.quantized
+def wtx_quantized(config, models) -> str | None:
+    """The wtx model's int8 logits, "int8" or "int8x2" (None: float32, stock and faster-whisper)."""
+    return models[WTX_MODEL[config]].engine.quantized if config in WTX_MODEL else None
 
 
 def run_config(config, models, stock, audio_path):

@@ -141,7 +141,9 @@ def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
     encoder = ", bf16 encoder" if native_bf16() else ""  # --dtype auto on a CPU with native bf16
     assert f"(float32{encoder}, int8 logits)" in greedy.stderr.decode()
     beams = run_wtx("transcribe", tone, "--device", "cpu", "-o", str(tmp_path / "beams"))
-    assert beams.returncode == 0 and f"(float32{encoder}), " in beams.stderr.decode()  # beam search: auto stays fp32
+    assert beams.returncode == 0 and f"(float32{encoder}, int8x2 logits), " in beams.stderr.decode()  # beam search
+    plain = run_wtx("transcribe", tone, "--quantize", "none", "--device", "cpu", "-o", str(tmp_path / "plain"))
+    assert plain.returncode == 0 and f"(float32{encoder}), " in plain.stderr.decode()
     refused = run_wtx("transcribe", tone, "--quantize", "int8", "--dtype", "bf16", "--device", "cpu", "-o", str(tmp_path))
     assert refused.returncode == 1
     assert "--quantize int8 runs on a CPU in fp32, eager; not on cpu in bfloat16" in refused.stderr.decode()

@@ -146,7 +146,7 @@ def run_bench(
         for bs in dict.fromkeys([1, batch_size]):
             decode = (lambda b: lambda ws: [r.tokens for r in stock_decode(stock, list(ws), b, fp16=fp16, **beam)])(bs)
             plans.append((f"stock eager b{bs}", "stock", bs, decode))
-    int8 = " int8" if eager.quantized else ""
+    int8 = f" {eager.quantized}" if eager.quantized else ""
     plans.append((f"wtx eager b{batch_size}{int8}", "wtx-eager", batch_size, engine_decode(eager)))
     if torch_device.type == "cuda":  # the default on CUDA: the same kernels, replayed as CUDA graphs
         graphs = Engine(EngineOptions(**engine_options, quantize=quantize))
@@ -171,7 +171,7 @@ def run_bench(
             task = progress.add_task(name, total=len(windows) * repeat)
             results.append(run_pass(name, kind, bs, windows, options, decode, to_text, repeat, torch_device,
                                     on_window=lambda n, t=task: advance(t, n)))  # fmt: skip
-            results[-1].quantized = kind == "wtx-eager" and eager.quantized
+            results[-1].quantized = eager.quantized if kind == "wtx-eager" else None
         if compile:
             task = progress.add_task(f"compiling b{batch_size}", total=None)
             progress.refresh()

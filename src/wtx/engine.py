@@ -81,21 +81,26 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
 
 
 def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False,
-                  beam_size: int = 1) -> bool:  # fmt: skip
-    """Whether the logit projection runs in int8 (wtx.quantize). "auto" (or None): on a CPU in
-    float32, eager, decoding greedily; "int8": asked for, and an error where it cannot run;
-    "none": never.
+                  beam_size: int = 1) -> str | None:  # fmt: skip
+    """How the logit projection runs (wtx.quantize): "int8" (one int8 matrix), "int8x2" (two: the
+    weights and their rounding error) or None (the model's dtype). "auto" (or None): on a CPU in
+    float32, eager, "int8" when decoding greedily and "int8x2" with beam search; "int8": asked
+    for, one matrix at any beam size, and an error where it cannot run; "none": never.
 
-    auto leaves beam search in float32: on 2 AVX2 cores (torch 2.13.0, tiny.en, copperfield,
-    26:09, whole processes) int8 logits took 163.4 s against 197.9 s at beam 1 for a WER of 12.87%
-    against 12.83%, but at beam 5 338.8 s against 374.1 s for 11.99% against 11.62%
-    (scripts/bench_cpu.py, docs/benchmarks.md)."""
+    Beam search ranks summed log-probabilities across a window's beams, and one int8 matrix (off
+    by up to 0.2 in a logit) measured less accurate there: on 2 AVX2 cores (torch 2.13.0, tiny.en,
+    copperfield) 11.99% WER against 11.62% at beam 5, where greedy lost nothing (12.87% against
+    12.83%, 163.4 s against 197.9 s). Two matrices come within 1e-3 of float32 and, unlike
+    float32's product per window, take all of a step's live rows in one call
+    (docs/benchmarks.md)."""
     if quantize in (None, "auto"):
-        return device.type == "cpu" and dtype == torch.float32 and not compile and beam_size == 1
+        if device.type != "cpu" or dtype != torch.float32 or compile:
+            return None
+        return "int8" if beam_size == 1 else "int8x2"
     if quantize == "int8" and (device.type != "cpu" or dtype != torch.float32 or compile):
         where = f"{device.type} in {str(dtype).removeprefix('torch.')}{', compiled' if compile else ''}"
         raise ValueError(f"--quantize int8 runs on a CPU in fp32, eager; not on {where}")
-    return quantize == "int8"
+    return "int8" if quantize == "int8" else None
 
 
 def repeatable_attention() -> None:
@@ -140,7 +145,7 @@ class Engine:
         self.batch = BatchDecoder(model, self.tokenizer, decoding, options.batch_size, self.max_prompt,
                                   options.check_every, self.dtype)  # fmt: skip
         # this engine's own: a model shared with other engines is left as it was
-        self.batch.projection = int8_projection(model) if self.quantized else None
+        self.batch.projection = int8_projection(model, residual=self.quantized == "int8x2") if self.quantized else None
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None

@@ -74,7 +74,7 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
-    quantize: str | None = None  # None or "auto": int8 logits on a CPU in fp32, eager, greedy (wtx.quantize)
+    quantize: str | None = None  # None or "auto": int8 logits on a CPU in fp32, eager (engine.pick_quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
@@ -268,13 +268,13 @@ class _Backend:
     stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
-    quantized: bool = False  # int8 logit projection (wtx.quantize)
+    quantized: str | None = None  # the logit projection in int8: "int8" or "int8x2" (wtx.quantize)
     encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
 
 
-def _precision_note(dtype, encoder_dtype, quantized: bool) -> str:
+def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
     """What the status line adds after the dtype: a bf16 encoder, int8 logits."""
-    return (", bf16 encoder" if encoder_dtype != dtype else "") + (", int8 logits" if quantized else "")
+    return (", bf16 encoder" if encoder_dtype != dtype else "") + (f", {quantized} logits" if quantized else "")
 
 
 def _status(line: str) -> None:
