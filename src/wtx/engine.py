@@ -93,11 +93,10 @@ def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype
     12.83%, 163.4 s against 197.9 s). Two matrices come within 1e-3 of float32 and, unlike
     float32's product per window, take all of a step's live rows in one call
     (docs/benchmarks.md)."""
+    runs = device.type == "cpu" and dtype == torch.float32 and not compile
     if quantize in (None, "auto"):
-        if device.type != "cpu" or dtype != torch.float32 or compile:
-            return None
-        return "int8" if beam_size == 1 else "int8x2"
-    if quantize == "int8" and (device.type != "cpu" or dtype != torch.float32 or compile):
+        return None if not runs else "int8" if beam_size == 1 else "int8x2"
+    if quantize == "int8" and not runs:
         where = f"{device.type} in {str(dtype).removeprefix('torch.')}{', compiled' if compile else ''}"
         raise ValueError(f"--quantize int8 runs on a CPU in fp32, eager; not on {where}")
     return "int8" if quantize == "int8" else None

@@ -35,8 +35,9 @@ def _pack(weight: Tensor, bias: Tensor | None, residual: bool = False) -> tuple[
     weight = weight.detach().float()
     scale = (weight.abs().amax(1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
     if residual:
-        values = (weight / scale[:, None]).round()
-        error = ((weight / scale[:, None] - values) * RESIDUAL).round()
+        unit = weight / scale[:, None]
+        values = unit.round()
+        error = ((unit - values) * RESIDUAL).round()
         weight = torch.cat([values * scale[:, None], error * (scale / RESIDUAL)[:, None]])
         scale = torch.cat([scale, scale / RESIDUAL])
     zero = torch.zeros(weight.shape[0], dtype=torch.int64)
