@@ -123,7 +123,7 @@ WTX_MODEL = {"silence": "prompted", "fixed": "prompted", "plain": "prompted", "g
 
 
 def wtx_quantized(config, models) -> str | None:
-    """The wtx model's int8 logits, "int8" or "int8x2" (None: float32, stock and faster-whisper)."""
+    """The wtx model's packed logit weights, "fp16" or "int8" (None: float32, stock and faster-whisper)."""
     return models[WTX_MODEL[config]].engine.quantized if config in WTX_MODEL else None
 
 
@@ -299,8 +299,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=8, help="wtx's batch rows (streams) and stock decode's batch")
     parser.add_argument("--device", default="cpu", help="cpu (fp32) or cuda (fp16)")
     parser.add_argument("--dtype", help="fp32, fp16 or bf16 for wtx (default: fp32 on CPU, fp16 on CUDA)")
-    parser.add_argument("--quantize", default="auto", choices=("auto", "int8", "none"),
-                        help="wtx's --quantize (int8 logits on a CPU in fp32; auto: greedy only)")
+    parser.add_argument("--quantize", default="auto", choices=("auto", "fp16", "int8", "none"),
+                        help="wtx's --quantize (packed logit weights on a CPU in fp32; auto: fp16)")
     parser.add_argument("--fw-batch-size", type=int, default=8, help="faster-whisper's batch (default 8, its own default)")
     parser.add_argument("--fw-device", help="faster-whisper's device (default: --device); cpu runs it int8, "
                         "where CTranslate2 has no CUDA libraries it can load")  # fmt: skip

@@ -70,15 +70,17 @@ def test_a_window_decodes_the_same_in_any_batch(engine_and_stock):
     assert together[1].temperature == 0.6
 
 
-@pytest.mark.parametrize("beam_size", [5, 1])
-def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, monkeypatch, beam_size):
+@pytest.mark.parametrize("beam_size, quantize", [(5, "none"), (5, "fp16"), (1, "fp16")])
+def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, monkeypatch, beam_size, quantize):
     """Eagerly on a CPU a batch's padding windows end before the first step, and a window whose
     rows have ended drops out of the steps' attention and logits; the tokens stay those of the
-    window decoded alone (greedy: with int8 logits, as --quantize auto runs it)."""
+    window decoded alone (float32 logits window by window, or fp16 logit weights for all live
+    rows in one call, as --quantize auto runs them)."""
     engine, _ = engine_and_stock
-    if beam_size == 1:
-        engine = Engine(replace(engine.options, decoding=DecodingOptions(), quantize="int8"), model=engine.model)
-        assert engine.quantized
+    if quantize != "none":
+        decoding = engine.options.decoding if beam_size > 1 else DecodingOptions()
+        engine = Engine(replace(engine.options, decoding=decoding, quantize=quantize), model=engine.model)
+        assert engine.quantized == quantize
     windows = first_windows("audio/lj001_0001-0032_concat.flac", 2)
     alone = [engine.decode_batch([w])[0].tokens for w in windows]
     loop = engine.batch.ensure_loop()

@@ -75,18 +75,22 @@ class GroupLoop(DecodeLoop):
         state = DecodeState(self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs)
         logits = self.filters(self.logits, self.i, state.last, state.penult, state.max_ts)
         logprobs = torch.log_softmax(logits, dim=-1)
-        sampled, after_sampling = pick_tokens(self.filters, logits, self.i, state, self.temperature, self.seed,
-                                              self.sample, logprobs)  # fmt: skip
+        if self.sample or n == 1:
+            sampled, after_sampling = pick_tokens(self.filters, logits, self.i, state, self.temperature, self.seed,
+                                                  self.sample, logprobs)  # fmt: skip
+            sampled_sums, sampling_done = after_sampling.sum_logprobs, after_sampling.finished
+        else:  # every window is at temperature 0, decoded by beam search: no row picks a token of its own
+            sampled, sampled_sums, sampling_done = self.rows, self.sum_logprobs, self.finished
         beam_window = self.beam_rows.view(b, g)[:, 0]
         if n > 1:
             token, source, score = self._beam_step(logprobs, beam_window & ~self.frozen)
         else:  # no window is decoded by beam search
-            token, source, score = sampled, self.rows, after_sampling.sum_logprobs
+            token, source, score = sampled, self.rows, sampled_sums
         moving = self.beam_rows & ~self.frozen.repeat_interleave(g)  # beam rows that take a step
         still = self.beam_rows & ~moving
         token = torch.where(moving, token, torch.where(still, eot, sampled))
         source = torch.where(moving, source, self.rows)
-        sum_logprobs = torch.where(moving, score, torch.where(still, self.sum_logprobs, after_sampling.sum_logprobs))
+        sum_logprobs = torch.where(moving, score, torch.where(still, self.sum_logprobs, sampled_sums))
 
         history = self.sampled.index_select(0, source).index_copy(1, self.i.view(1), token[:, None])
         self.sampled.copy_(history)
@@ -97,7 +101,7 @@ class GroupLoop(DecodeLoop):
         at_end = self.input_pos - self.pad >= n_ctx
         frozen = self.frozen | (self.ended_count >= self.candidates) | at_end.view(b, g)[:, 0]
         self.frozen.copy_(frozen & beam_window)
-        sampling_done = after_sampling.finished | at_end
+        sampling_done = sampling_done | at_end
         self.finished.copy_(torch.where(self.beam_rows, self.frozen.repeat_interleave(g), sampling_done))
         if n > 1:
             # run eagerly on a CPU, only the slots written so far (up to this step's)

@@ -57,7 +57,7 @@ class PassResult:
     agreement: dict | None = None
     reference_wer: float | None = None
     speedup: float | None = None
-    quantized: str | None = None  # int8 logits, "int8" or "int8x2" (wtx.quantize): not a decoding option; agreement shows its cost
+    quantized: str | None = None  # the logits' packed weights, "fp16" or "int8" (wtx.quantize): not a decoding option; agreement shows its cost
 
     @property
     def median_s(self) -> float:

@@ -25,7 +25,7 @@ from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
 from wtx.model import Whisper, load_model
 from wtx.options import EngineOptions
-from wtx.quantize import int8_projection
+from wtx.quantize import fp16_projection, int8_projection
 from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
@@ -80,26 +80,22 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
     return torch.bfloat16 if auto and (native_bf16() if native is None else native) else model_dtype
 
 
-def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False,
-                  beam_size: int = 1) -> str | None:  # fmt: skip
-    """How the logit projection runs (wtx.quantize): "int8" (one int8 matrix), "int8x2" (two: the
-    weights and their rounding error) or None (the model's dtype). "auto" (or None): on a CPU in
-    float32, eager, "int8" when decoding greedily and "int8x2" with beam search; "int8": asked
-    for, one matrix at any beam size, and an error where it cannot run; "none": never.
+def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False) -> str | None:
+    """How the logit projection runs (wtx.quantize): "fp16" (fp16 weights, float32 sums), "int8"
+    or None (the model's dtype). "auto" (or None): "fp16" on a CPU in float32, eager; "fp16" or
+    "int8": asked for, and an error where it cannot run; "none": never.
 
-    Beam search ranks summed log-probabilities across a window's beams, and one int8 matrix (off
-    by up to 0.2 in a logit) measured less accurate there: on 2 AVX2 cores (torch 2.13.0, tiny.en,
-    copperfield) 11.99% WER against 11.62% at beam 5, where greedy lost nothing (12.87% against
-    12.83%, 163.4 s against 197.9 s). Two matrices come within 1e-3 of float32 and, unlike
-    float32's product per window, take all of a step's live rows in one call
-    (docs/benchmarks.md)."""
+    Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within
+    float32's error of float64 at the speed of one int8 matrix, which is off by up to 1.2 in a
+    logit and measured less accurate with beam search (docs/benchmarks.md). A row's bits are its
+    own in both, so one call takes all of a step's live rows."""
     runs = device.type == "cpu" and dtype == torch.float32 and not compile
     if quantize in (None, "auto"):
-        return None if not runs else "int8" if beam_size == 1 else "int8x2"
-    if quantize == "int8" and not runs:
+        return "fp16" if runs else None
+    if quantize in ("fp16", "int8") and not runs:
         where = f"{device.type} in {str(dtype).removeprefix('torch.')}{', compiled' if compile else ''}"
-        raise ValueError(f"--quantize int8 runs on a CPU in fp32, eager; not on {where}")
-    return "int8" if quantize == "int8" else None
+        raise ValueError(f"--quantize {quantize} runs on a CPU in fp32, eager; not on {where}")
+    return quantize if quantize in ("fp16", "int8") else None
 
 
 def repeatable_attention() -> None:
@@ -128,8 +124,7 @@ class Engine:
             # only a model of its own: a given model runs as it is
             model.encoder.to(pick_encoder_dtype(options.dtype, self.device, self.dtype, options.compile))
             startup.mark("model on the device (CUDA initialised)" if self.device.type == "cuda" else "model built")
-        self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile,
-                                       options.decoding.beam_size)  # fmt: skip
+        self.quantized = pick_quantize(options.quantize, self.device, self.dtype, options.compile)
         self.model = model
         self.dims = model.dims
         if options.batch_size is None:  # resolved once: the options say what ran
@@ -144,7 +139,8 @@ class Engine:
         self.batch = BatchDecoder(model, self.tokenizer, decoding, options.batch_size, self.max_prompt,
                                   options.check_every, self.dtype)  # fmt: skip
         # this engine's own: a model shared with other engines is left as it was
-        self.batch.projection = int8_projection(model, residual=self.quantized == "int8x2") if self.quantized else None
+        projection = {"fp16": fp16_projection, "int8": int8_projection}.get(self.quantized)
+        self.batch.projection = projection(model) if projection else None
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None

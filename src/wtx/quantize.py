@@ -1,18 +1,24 @@
-"""int8 weights on a CPU, through fbgemm's dynamic linear: the logit projection.
+"""Packed weights for a CPU's decode steps, through fbgemm: the logit projection.
 
-Weights are int8 with a scale per output channel. Activations are quantised per row (per
-token), so that a row's result never depends on the other rows of its batch, and finely enough
-to add no error of their own: each row is divided by its largest magnitude and written as two
-rows of integers within +-63, its value and its rounding error (in steps 126 times finer).
-fbgemm's dynamic linear picks one scale for its whole input from the input's range; one fixed
-anchor row [1, -1, 0, ...] pins that range to [-1, 1], whose grid holds these integers exactly.
-The products are summed in int32, exactly, and each row is scaled back.
+A decode step reads the logit projection (the token embedding's transpose, 51,864 x 384 numbers
+for tiny.en) whole, for a few rows; in float32 that is the largest part of a step.
 
-With `residual`, each weight is also kept with its rounding error, a second int8 matrix 254
-times finer (15 bits a weight): one call multiplies by both, at about twice the cost, and the
-products come within about 1e-3 of float32 where one int8 matrix is off by up to 0.2 (the
-tiny.en logits). Beam search compares summed log-probabilities across a window's beams, and
-measured less accurate with one matrix (docs/benchmarks.md)."""
+- fp16 (`Fp16Linear`): fbgemm's fp16 GEMM keeps the weights in fp16 and converts them as it
+  multiplies, the activations and the sums in float32. Whisper's checkpoints (openai-whisper's
+  and the bundled ones) store their weights in fp16, so nothing is rounded: on tiny.en's
+  projection, the real rows of a transcription, the largest error against float64 is 3.2e-5
+  (float32's: 1.8e-5). A row's bits do not depend on the rows beside it.
+- int8 (`Int8Linear`): weights in int8 with a scale per output channel, off by up to 1.2 in a
+  tiny.en logit. Activations are quantised per row (per token), so that a row's result never
+  depends on the other rows of its batch, and finely enough to add no error of their own: each
+  row is divided by its largest magnitude and written as two rows of integers within +-63, its
+  value and its rounding error (in steps 126 times finer). fbgemm's dynamic linear picks one
+  scale for its whole input from the input's range; one fixed anchor row [1, -1, 0, ...] pins
+  that range to [-1, 1], whose grid holds these integers exactly. The products are summed in
+  int32, exactly, and each row is scaled back.
+
+On 2 cores (AMD EPYC with AVX-512, torch 2.13.0), tiny.en's projection for 8 rows: fp16 2.1 ms,
+int8 2.3 ms, float32 5.8 ms; for 20 rows (4 windows x 5 beams) 4.9, 4.7 and 14.8 ms."""
 
 import warnings
 
@@ -21,25 +27,17 @@ from torch import Tensor, nn
 
 from wtx.model import Whisper
 
-__all__ = ["Int8Linear", "int8_projection"]
+__all__ = ["Fp16Linear", "Int8Linear", "fp16_projection", "int8_projection"]
 
 GRID = 63.5  # fbgemm's dynamic linear (reduce_range) maps [-1, 1] onto 0..127: a grid of 1 / 63.5
 STEPS = 63  # the grid points used on either side of zero, all of them inside [-1, 1]
-RESIDUAL = 254  # a weight's rounding error (within half a step) in steps this much finer: +-127
 
 
-def _pack(weight: Tensor, bias: Tensor | None, residual: bool = False) -> tuple[object, Tensor | None]:
-    """fbgemm's prepacked int8 weight [N, K] (symmetric, a scale per output channel), or with
-    `residual` [2N, K]: the weights' int8 values, then their rounding errors at 1 / RESIDUAL of
-    the scale. The bias is kept apart, added after the rows are scaled back."""
+def _pack(weight: Tensor, bias: Tensor | None) -> tuple[object, Tensor | None]:
+    """fbgemm's prepacked int8 weight [N, K] (symmetric, a scale per output channel). The bias is
+    kept apart, added after the rows are scaled back."""
     weight = weight.detach().float()
     scale = (weight.abs().amax(1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
-    if residual:
-        unit = weight / scale[:, None]
-        values = unit.round()
-        error = ((unit - values) * RESIDUAL).round()
-        weight = torch.cat([values * scale[:, None], error * (scale / RESIDUAL)[:, None]])
-        scale = torch.cat([scale, scale / RESIDUAL])
     zero = torch.zeros(weight.shape[0], dtype=torch.int64)
     with warnings.catch_warnings():  # quantised tensors are deprecated; the packed weight is what runs
         warnings.simplefilter("ignore", UserWarning)
@@ -48,16 +46,31 @@ def _pack(weight: Tensor, bias: Tensor | None, residual: bool = False) -> tuple[
     return packed, None if bias is None else bias.detach().float().clone()
 
 
-class Int8Linear(nn.Module):
-    """y = x W^T + b with W in int8 (with `residual`, two int8 matrices: W and its rounding
-    error) and x quantised per row; x is float32 [..., K]."""
+class Fp16Linear(nn.Module):
+    """y = x W^T + b with W in fp16 (exact for fp16 checkpoints), x, b, the sums and y in float32."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None, residual: bool = False):
+    def __init__(self, weight: Tensor, bias: Tensor | None = None):
         super().__init__()
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
-        self.residual = residual
-        self.packed, self.bias = _pack(weight, bias, residual)
+        self.packed = torch.ops.quantized.linear_prepack_fp16(weight.detach().float(), None if bias is None else bias.detach().float())
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.ops.quantized.linear_dynamic_fp16(x.reshape(-1, self.in_features), self.packed)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp16"
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W in int8 and x quantised per row; x is float32 [..., K]."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None):
+        super().__init__()
+        self.in_features = weight.shape[1]
+        self.out_features = weight.shape[0]
+        self.packed, self.bias = _pack(weight, bias)
         anchor = torch.zeros(1, self.in_features)
         anchor[0, 0], anchor[0, -1] = 1.0, -1.0
         self.anchor = anchor
@@ -79,23 +92,30 @@ class Int8Linear(nn.Module):
         # makes its logits NaN, as in float32)
         steps = torch.cat([coarse, fine]).div_(GRID).nan_to_num_(0.0, 0.0, 0.0)
         products = torch.ops.quantized.linear_dynamic(torch.cat([steps, self.anchor]), self.packed, True)
-        if self.residual:  # the values' products, plus their rounding errors'
-            products = products[:, : self.out_features] + products[:, self.out_features :]
         y = products[n : 2 * n].mul(1 / (2 * STEPS)).add_(products[:n]).mul_(scale * (GRID / STEPS))
         if self.bias is not None:
             y += self.bias
         return y.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8{' x2' if self.residual else ''}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def int8_projection(model: Whisper, residual: bool = False) -> Int8Linear:
-    """The model's logit projection (the token embedding's transpose, 51,864 x 384 numbers that
-    every decode step reads whole) in int8, for TextDecoder.projection. On 2 cores without AVX-512 (torch 2.13.0,
-    8 rows) it took 4.9 ms against 23.7 ms in float32. The other linear layers stay float32:
-    int8 measured slower there, by up to 4.9x in the encoder (1,500 rows a window, where float32
-    GEMMs run near their peak) and no faster in a decode step (8 rows of 384). CPU, float32 only."""
+def _check(model: Whisper, kind: str) -> None:
     if model.device.type != "cpu" or model.dtype != torch.float32:
-        raise ValueError(f"int8 weights run on a CPU in float32; this model is {model.dtype} on {model.device}")
-    return Int8Linear(model.decoder.token_embedding.weight, residual=residual)
+        raise ValueError(f"{kind} weights run on a CPU in float32; this model is {model.dtype} on {model.device}")
+
+
+def fp16_projection(model: Whisper) -> Fp16Linear:
+    """The model's logit projection with fp16 weights, for TextDecoder.projection. CPU, float32 only."""
+    _check(model, "fp16")
+    return Fp16Linear(model.decoder.token_embedding.weight)
+
+
+def int8_projection(model: Whisper) -> Int8Linear:
+    """The model's logit projection in int8, for TextDecoder.projection. The other linear layers
+    stay float32: int8 measured slower there, by up to 4.9x in the encoder (1,500 rows a window,
+    where float32 GEMMs run near their peak) and no faster in a decode step (8 rows of 384).
+    CPU, float32 only."""
+    _check(model, "int8")
+    return Int8Linear(model.decoder.token_embedding.weight)

@@ -74,7 +74,7 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
-    quantize: str | None = None  # None or "auto": int8 logits on a CPU in fp32, eager (engine.pick_quantize)
+    quantize: str | None = None  # None or "auto": fp16 logit weights on a CPU in fp32, eager (engine.pick_quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
@@ -268,12 +268,12 @@ class _Backend:
     stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
-    quantized: str | None = None  # the logit projection in int8: "int8" or "int8x2" (wtx.quantize)
+    quantized: str | None = None  # the logit projection's packed weights: "fp16" or "int8" (wtx.quantize)
     encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
 
 
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
-    """What the status line adds after the dtype: a bf16 encoder, int8 logits."""
+    """What the status line adds after the dtype: a bf16 encoder, fp16 or int8 logits."""
     return (", bf16 encoder" if encoder_dtype != dtype else "") + (f", {quantized} logits" if quantized else "")
 
 
@@ -375,8 +375,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     dtype = getattr(torch, resolved.dtype.removeprefix("torch."))
     encoder_dtype = pick_encoder_dtype(options.dtype, torch.device(resolved.device), dtype, options.compile, resolved.native_bf16)
     try:
-        quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile,
-                                  options.decoding.beam_size)  # fmt: skip
+        quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile)
     except ValueError as e:
         _error(str(e))
         return 1
