@@ -99,6 +99,8 @@ E2E = {  # name: extra `wtx transcribe` options, environment
     "wtx --beam-size 1": (["--beam-size", "1"], {}),
     "wtx --quantize none": (["--quantize", "none"], {}),
     "wtx --quantize none --beam-size 1": (["--quantize", "none", "--beam-size", "1"], {}),
+    "wtx --quantize int8": (["--quantize", "int8"], {}),
+    "wtx --quantize int8 --beam-size 1": (["--quantize", "int8", "--beam-size", "1"], {}),
     "wtx --dtype fp32": (["--dtype", "fp32"], {}),
     "wtx --dtype fp32 --beam-size 1": (["--dtype", "fp32", "--beam-size", "1"], {}),
     "wtx --compile, forced (first process)": (["--compile"], {"WTX_CPU_COMPILE": "1"}),

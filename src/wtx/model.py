@@ -398,6 +398,8 @@ class TextDecoder(nn.Module):
 
     def logits(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
+        if live is not None and self.projection is not None and len(live.windows) * live.group == x.shape[0]:
+            return self.projection(x)  # every row live: one call, without gathering them
         if live is not None and (self.projection is not None or live.group > 1):
             out = x.new_empty(*x.shape[:-1], self.token_embedding.weight.shape[0], dtype=torch.float32)
             out[live.ended_rows(x.shape[0])] = 0.0
