@@ -117,8 +117,9 @@ def test_a_row_of_nan_gives_non_finite_logits_and_leaves_the_others_alone(packed
 
 
 def test_engines_that_share_a_model_each_keep_their_own_logits():
-    """An engine quantises its own logit projection, not the model it was given: an engine in
-    float32 on the same model gives the same tokens before and after the int8 one ran."""
+    """An engine packs its own logit projection and linear layers, not the model it was given: an
+    engine in float32 on the same model gives the same tokens before and after the int8 and fp16
+    ones ran."""
     import numpy as np
 
     from wtx.audio import N_SAMPLES, Window
@@ -136,3 +137,8 @@ def test_engines_that_share_a_model_each_keep_their_own_logits():
     assert model.decoder.projection is int8.batch.projection is not None
     assert plain.decode_batch(window)[0].tokens == before
     assert model.decoder.projection is None
+    fp16 = Engine(EngineOptions(model="tiny.en", device="cpu", quantize="fp16", batch_size=1), model=model)
+    fp16.decode_batch(window)
+    assert isinstance(model.decoder.blocks[0].mlp[0], Fp16Linear)
+    assert plain.decode_batch(window)[0].tokens == before
+    assert type(model.decoder.blocks[0].mlp[0]) is torch.nn.Linear and model.decoder.projection is None

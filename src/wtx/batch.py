@@ -19,6 +19,7 @@ from wtx.decode import DecodeLoop, LogitFilters
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
 from wtx.options import DecodingOptions
+from wtx.quantize import install_linears
 from wtx.segments import WindowResult, split_segments
 
 
@@ -60,7 +61,8 @@ class BatchDecoder:
         self.encoder = model.encoder  # set by the compiled runner
         self.encoder_dtype = model.encoder.conv1.weight.dtype  # bf16 on some CPUs (engine.pick_encoder_dtype)
         self._silence: torch.Tensor | None = None  # the features of an all-zero window (eager CPU)
-        self.projection: torch.nn.Module | None = None  # the logits' (int8: wtx.quantize); None: the embedding's
+        self.projection: torch.nn.Module | None = None  # the logits' (fp16 or int8: wtx.quantize); None: the embedding's
+        self.linears: dict | None = None  # the decoder blocks' linear layers in fp16 (wtx.quantize); None: the checkpoint's
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
         self.steps_per_call = 1
         self.prefill_graph = None  # a CUDA graph of `prefill` with its static tensors (wtx.compiled)
@@ -128,6 +130,7 @@ class BatchDecoder:
         if self.owns_caches and not caches_fit:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
         self.model.decoder.projection = self.projection
+        install_linears(self.model.decoder, self.linears)
         if self.loop is None or not caches_fit:
             self.model.setup_caches(*shape)
             if self.group > 1:

@@ -25,7 +25,7 @@ from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
 from wtx.model import Whisper, load_model
 from wtx.options import EngineOptions
-from wtx.quantize import fp16_projection, int8_projection
+from wtx.quantize import fp16_linears, fp16_projection, int8_projection
 from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
@@ -141,6 +141,7 @@ class Engine:
         # this engine's own: a model shared with other engines is left as it was
         projection = {"fp16": fp16_projection, "int8": int8_projection}.get(self.quantized)
         self.batch.projection = projection(model) if projection else None
+        self.batch.linears = fp16_linears(model) if self.quantized == "fp16" else None
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from wtx.model import Whisper
 
-__all__ = ["Fp16Linear", "Int8Linear", "fp16_projection", "int8_projection"]
+__all__ = ["Fp16Linear", "Int8Linear", "fp16_linears", "fp16_projection", "install_linears", "int8_projection"]
 
 GRID = 63.5  # fbgemm's dynamic linear (reduce_range) maps [-1, 1] onto 0..127: a grid of 1 / 63.5
 STEPS = 63  # the grid points used on either side of zero, all of them inside [-1, 1]
@@ -119,3 +119,28 @@ def int8_projection(model: Whisper) -> Int8Linear:
     CPU, float32 only."""
     _check(model, "int8")
     return Int8Linear(model.decoder.token_embedding.weight)
+
+
+def fp16_linears(model: Whisper) -> dict[str, Fp16Linear]:
+    """Every linear layer of the decoder's blocks with fp16 weights, by name under
+    `decoder.blocks` (for install_linears). fbgemm's fp16 GEMM took 0.07 ms against MKL's 0.12 ms
+    for 8 rows of an MLP layer on 2 cores, and 5.8 against 7.4 ms for a prompt's 908 rows; and it
+    gives a row the same bits whatever number of rows it computes, where MKL's float32 GEMM did
+    not below 12 rows. CPU, float32 only."""
+    _check(model, "fp16")
+    return {name: Fp16Linear(m.weight, m.bias) for name, m in _plain_linears(model.decoder).items()}
+
+
+def install_linears(decoder: nn.Module, linears: dict[str, nn.Module] | None) -> None:
+    """Puts `linears` (fp16_linears) in the decoder's blocks, or with None the checkpoint's own
+    back: each engine installs its own, as it does its logit projection."""
+    for name, plain in _plain_linears(decoder).items():
+        parent, _, attr = name.rpartition(".")
+        setattr(decoder.blocks.get_submodule(parent), attr, (linears or {}).get(name, plain))
+
+
+def _plain_linears(decoder: nn.Module) -> dict[str, nn.Linear]:
+    """The decoder blocks' own linear layers by name, noted the first time they are asked for."""
+    if "plain_linears" not in vars(decoder):
+        vars(decoder)["plain_linears"] = {name: m for name, m in decoder.blocks.named_modules() if isinstance(m, nn.Linear)}
+    return vars(decoder)["plain_linears"]
