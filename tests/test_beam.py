@@ -94,6 +94,30 @@ def test_a_cpu_step_computes_only_the_windows_still_decoding(engine_and_stock, m
     assert all(set(b.windows) <= set(a.windows) for a, b in itertools.pairwise(seen))
 
 
+@pytest.mark.parametrize("beam_size", [5, 1])
+def test_a_cpu_step_over_the_live_rows_only_gives_the_same_tokens(engine_and_stock, monkeypatch, beam_size):
+    """With fp16 weights a step takes the live windows' rows only, through the linear layers
+    and the vocabulary-wide work: the tokens are those of every row computed."""
+    import wtx.batch
+    from wtx.decode import DecodeLoop
+    from wtx.model import LiveWindows
+
+    engine, _ = engine_and_stock
+    decoding = engine.options.decoding if beam_size > 1 else DecodingOptions()
+    engine = Engine(replace(engine.options, decoding=decoding, quantize="fp16"), model=engine.model)
+    windows = first_windows("audio/lj001_0001-0032_concat.flac", 3)
+    compact_runs = LiveWindows.compact_runs
+    calls = []
+    monkeypatch.setattr(LiveWindows, "compact_runs", lambda self: calls.append(self) or compact_runs(self))
+    live_rows = [r.tokens for r in engine.decode_batch(windows)]  # 3 windows in a batch of 4
+    assert calls and all(live.compact for live in calls)
+    monkeypatch.setattr(DecodeLoop, "live_rows", lambda self: None)  # every row's vocabulary-wide work
+    monkeypatch.setattr(wtx.batch, "Fp16Linear", type(None))  # no rows_apart: every row's decoder pass
+    calls.clear()
+    assert [r.tokens for r in engine.decode_batch(windows)] == live_rows
+    assert not calls
+
+
 def test_greedy_rows_are_the_default_decoding():
     """beam_size 1 is the greedy engine (one row per window), as openai-whisper's DecodingOptions."""
     assert DecodingOptions().group == 1

@@ -77,8 +77,8 @@ def test_the_default_packs_fp16_weights_on_a_cpu_in_float32_only():
 
 
 def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
-    """The padding rows (all zeros) are encoded once and reused; every other window on its own,
-    with the features a batch of them gives."""
+    """The padding rows (all zeros) are encoded once and their keys and values reused; every
+    other window on its own, with the keys and values a batch of them gives."""
     import numpy as np
 
     from wtx.audio import N_SAMPLES
@@ -97,7 +97,11 @@ def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
         engine.model.decoder.set_audio_features(batched)
     torch.testing.assert_close(keys, engine.model.decoder.blocks[0].cross_attn.cross_kv.k)
     silence = engine.batch._silence
-    assert silence is not None and engine.batch._encode_window(torch.zeros(N_SAMPLES)) is silence
+    assert silence is not None
+    cross_kv = engine.model.decoder.blocks[0].cross_attn.cross_kv
+    cross_kv.k[2].zero_()
+    engine.batch._encode_window(torch.zeros(N_SAMPLES), 2)
+    assert torch.equal(cross_kv.k[2], silence[0][0]) and torch.equal(silence[0][0], keys[1])
 
 
 @pytest.mark.parametrize("packed", [Int8Linear, Fp16Linear])

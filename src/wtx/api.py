@@ -103,7 +103,7 @@ def load_model(
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
     the model on the device, within its free memory (on an H200 64 for tiny.en and base greedy,
-    32 with beam search; on a CPU 8 greedy, 4 with beam search); info.options says which.
+    32 with beam search; on a CPU 8); info.options says which.
     compile=True compiles (or loads cached artifacts of) the encoder and decode step;
     quantize: "auto" (None), "fp16", "int8" or "none", as the CLI's --quantize (auto: the logit
     projection with fp16 weights on a CPU in float32, eager);

@@ -8,7 +8,10 @@ greedy, and CPU_GROUPS with 5 beams (tiny.en, 2 threads: five minutes of copperf
 57.7 and 72.0 s at 2, 4 and 8 windows; long_mix, 13:24, in 124 s at 4 and 157 s at 8). With
 beam search computing only the windows still decoding (wtx.model.LiveWindows), 8 windows ran
 copperfield (26:09) in 135.2 s against 149.6 s at 4, but the 62-second sample in 12.2 to 12.6 s
-against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512): CPU_GROUPS stays 4.
+against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512). Once a step took the live windows' rows
+only (fp16 weights), 8 windows ran copperfield in 66.9 s against 77.9 s at 4 (in-process, the
+same text) and the sample in 6.3 to 6.9 s against 5.9 to 6.2 s: CPU_GROUPS is 8. Greedy, 16
+windows took 48.0 s against 42.3 s at 8.
 """
 
 import torch
@@ -17,7 +20,7 @@ MEASURED_CUDA = {(384, 4): 64, (512, 6): 64}  # (n_text_state, n_text_layer): ti
 CUDA_UNMEASURED = 32
 CUDA_GROUPS = 32  # windows per batch with several rows each (beam search): 32 x 5 rows
 CPU_BATCH = 8
-CPU_GROUPS = 4  # windows per batch on a CPU with beam search: 4 x 5 rows
+CPU_GROUPS = 8  # windows per batch on a CPU with beam search: 8 x 5 rows
 MEMORY_SHARE = 0.8  # of the device's free memory
 
 

@@ -19,7 +19,7 @@ from wtx.decode import DecodeLoop, LogitFilters
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
 from wtx.options import DecodingOptions
-from wtx.quantize import install_linears
+from wtx.quantize import Fp16Linear, install_linears
 from wtx.segments import WindowResult, split_segments
 
 
@@ -60,7 +60,7 @@ class BatchDecoder:
         self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
         self.encoder_dtype = model.encoder.conv1.weight.dtype  # bf16 on some CPUs (engine.pick_encoder_dtype)
-        self._silence: torch.Tensor | None = None  # the features of an all-zero window (eager CPU)
+        self._silence: list | None = None  # the cross-attention K/V of an all-zero window (eager CPU)
         self.projection: torch.nn.Module | None = None  # the logits' (fp16 or int8: wtx.quantize); None: the embedding's
         self.linears: dict | None = None  # the decoder blocks' linear layers in fp16 (wtx.quantize); None: the checkpoint's
         self.step = None  # runs `steps_per_call` decode steps: eager, compiled or a CUDA graph
@@ -100,21 +100,28 @@ class BatchDecoder:
     def _encode(self, samples: torch.Tensor) -> None:
         """Features and encoder for samples [B, N_SAMPLES], into the cross-attention K/V."""
         if self.device.type == "cpu" and self.encoder is self.model.encoder:
-            features = torch.cat([self._encode_window(row) for row in samples])
-        else:  # the batch's fixed shape, as compiled and captured
-            features = self.encoder(log_mel_spectrogram(samples, self.dims.n_mels).to(self.encoder_dtype))
+            for row, window in enumerate(samples):
+                self._encode_window(window, row)
+            return
+        # the batch's fixed shape, as compiled and captured
+        features = self.encoder(log_mel_spectrogram(samples, self.dims.n_mels).to(self.encoder_dtype))
         self.model.decoder.set_audio_features(features.to(self.dtype))  # a bf16 encoder's (a CPU's) to the decoder's
 
-    def _encode_window(self, samples: torch.Tensor) -> torch.Tensor:
-        """The encoder on one window [N_SAMPLES] (an eager CPU): one window's shape, whatever the
-        batch, so its features never depend on the batch; an all-zero window (the padding rows,
-        or digital silence) reuses the features computed for the first one. Measured on 2 cores
-        (tiny.en): 3.03 s for 8 windows one by one against 3.58 s as one batch, bit for bit equal."""
-        if samples.any():
-            return self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))
-        if self._silence is None:
-            self._silence = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))
-        return self._silence
+    def _encode_window(self, samples: torch.Tensor, row: int) -> None:
+        """The encoder and the cross-attention K/V of one window [N_SAMPLES] into batch row `row`
+        (an eager CPU): one window's shape, whatever the batch, so its keys and values never
+        depend on the batch. An all-zero window (the padding rows, or digital silence) reuses the
+        keys and values computed for the first one: a padding row cost a whole projection of
+        1,500 rows per layer. Measured on 2 cores (tiny.en): the encoder took 3.03 s for 8 windows
+        one by one against 3.58 s as one batch, bit for bit equal."""
+        decoder = self.model.decoder
+        if samples.any() or self._silence is None:
+            features = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))
+            decoder.set_audio_features(features.to(self.dtype), row)
+            if not samples.any():
+                self._silence = decoder.audio_kv(row)
+        else:
+            decoder.set_audio_kv(row, self._silence)
 
     def _language_at_sot(self, n: int) -> torch.Tensor:
         """One decoder step at <|startoftranscript|> (slot 0): the first row's language token, for all n rows."""
@@ -131,6 +138,7 @@ class BatchDecoder:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
         self.model.decoder.projection = self.projection
         install_linears(self.model.decoder, self.linears)
+        self.model.decoder.rows_apart = self.linears is not None and isinstance(self.projection, Fp16Linear)
         if self.loop is None or not caches_fit:
             self.model.setup_caches(*shape)
             if self.group > 1:

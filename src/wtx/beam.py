@@ -73,17 +73,28 @@ class GroupLoop(DecodeLoop):
     def forward(self) -> None:
         b, g, n, eot = self.n_windows, self.group, self.beams, self.filters.eot
         state = DecodeState(self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs)
-        logits = self.filters(self.logits, self.i, state.last, state.penult, state.max_ts)
+        rows = self.live_rows()  # the vocabulary-wide work for the windows still decoding only
+        live = self._live_state(state, rows)
+        logits = self.filters(self.logits if rows is None else self.logits[rows], self.i, live.last, live.penult, live.max_ts)
         logprobs = torch.log_softmax(logits, dim=-1)
         if self.sample or n == 1:
-            sampled, after_sampling = pick_tokens(self.filters, logits, self.i, state, self.temperature, self.seed,
-                                                  self.sample, logprobs)  # fmt: skip
+            temperature, seed = (self.temperature, self.seed) if rows is None else (self.temperature[rows], self.seed[rows])
+            sampled, after_sampling = pick_tokens(self.filters, logits, self.i, live, temperature, seed, self.sample, logprobs)
             sampled_sums, sampling_done = after_sampling.sum_logprobs, after_sampling.finished
+            if rows is not None:  # an ended row picks eot and keeps its state, as pick_tokens leaves it
+                sampled = torch.full_like(state.last, eot).index_copy_(0, rows, sampled)
+                sampled_sums = state.sum_logprobs.index_copy(0, rows, sampled_sums)
+                sampling_done = state.finished.index_copy(0, rows, sampling_done)
         else:  # every window is at temperature 0, decoded by beam search: no row picks a token of its own
             sampled, sampled_sums, sampling_done = self.rows, self.sum_logprobs, self.finished
         beam_window = self.beam_rows.view(b, g)[:, 0]
         if n > 1:
-            token, source, score = self._beam_step(logprobs, beam_window & ~self.frozen)
+            top_logprobs, top_tokens = logprobs.view(-1, g, logprobs.shape[-1])[:, :n].topk(n + 1, dim=-1)  # [B, N, N + 1]
+            if rows is not None:  # an ended window's candidates: never taken (it is frozen), any token but eot
+                windows = rows.view(-1, g)[:, 0] // g
+                top_logprobs = top_logprobs.new_full((b, n, n + 1), float("-inf")).index_copy_(0, windows, top_logprobs)
+                top_tokens = top_tokens.new_zeros((b, n, n + 1)).index_copy_(0, windows, top_tokens)
+            token, source, score = self._beam_step(top_logprobs, top_tokens, beam_window & ~self.frozen)
         else:  # no window is decoded by beam search
             token, source, score = sampled, self.rows, sampled_sums
         moving = self.beam_rows & ~self.frozen.repeat_interleave(g)  # beam rows that take a step
@@ -106,7 +117,7 @@ class GroupLoop(DecodeLoop):
         if n > 1:
             # run eagerly on a CPU, only the slots written so far (up to this step's)
             self.decoder.reorder_cache(source, self.prefix_len, eager_cpu_slot(self.input_pos))
-        self.logits.copy_(self.decoder(token[:, None], self.input_pos, self.pad, self.live_windows())[:, -1])
+        self._next_logits(token)
         self.input_pos.add_(1)
         self.i.add_(1)
 
@@ -114,21 +125,21 @@ class GroupLoop(DecodeLoop):
         super().retire(n)
         self.frozen[n:] = True
 
-    def _beam_step(self, logprobs: Tensor, stepping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """One step of beam search for every window: (token, source row, summed log-probability),
-        each [B * G]; rows past a window's N beams keep themselves. Hypotheses that end here go
-        into the ended buffers of the `stepping` windows [B]."""
+    def _beam_step(self, top_logprobs: Tensor, top_tokens: Tensor, stepping: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One step of beam search for every window, from each beam's N + 1 likeliest tokens
+        [B, N, N + 1]: (token, source row, summed log-probability), each [B * G]; rows past a
+        window's N beams keep themselves. Hypotheses that end here go into the ended buffers of
+        the `stepping` windows [B]."""
         b, g, n, eot = self.n_windows, self.group, self.beams, self.filters.eot
         k = n * (n + 1)
-        top_logprobs, top_tokens = logprobs.view(b, g, -1)[:, :n].topk(n + 1, dim=-1)  # [B, N, N + 1]
         scores = self.sum_logprobs.view(b, g)[:, :n, None] + top_logprobs
         # at the first step a window's beams are one hypothesis: only the first one's tokens count
-        copies = (self.i == 0) & (torch.arange(n, device=logprobs.device) > 0)[None, :, None]
+        copies = (self.i == 0) & (torch.arange(n, device=top_logprobs.device) > 0)[None, :, None]
         scores, order = scores.masked_fill(copies, float("-inf")).view(b, k).sort(dim=-1, descending=True, stable=True)
         tokens = top_tokens.view(b, k).gather(1, order)
         ends = tokens == eot
         kept = first_positions(~ends, n)  # [B, N]: the beams that go on
-        self._keep_ended(scores, order // (n + 1), ends & stepping[:, None] & (torch.arange(k, device=logprobs.device) < kept[:, -1:]))
+        self._keep_ended(scores, order // (n + 1), ends & stepping[:, None] & (torch.arange(k, device=top_logprobs.device) < kept[:, -1:]))
 
         base = (self.rows.view(b, g)[:, :1]).expand(b, n)
         beam_source = base + (order.gather(1, kept) // (n + 1))

@@ -6,7 +6,7 @@ each step reads a few [B] state tensors and builds one [B, n_vocab] mask. Nothin
 branches on tensor values, so a step compiles into a single graph.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -230,6 +230,34 @@ class DecodeLoop(torch.nn.Module):
         windows = (~self.finished.view(-1, self.group).all(dim=1)).nonzero()[:, 0]
         return LiveWindows(windows.tolist(), self.group)
 
+    def live_rows(self) -> Tensor | None:
+        """Run eagerly on a CPU where some window has ended: the rows of the windows still
+        decoding, the only ones whose vocabulary-wide work (filters, log-softmax, picks) is done.
+        Every such operation computes a row on its own, to the same bits in any set of rows. None
+        where every window is live, and elsewhere (fixed shapes)."""
+        live = self.live_windows()
+        if live is None or len(live.windows) * self.group == self.finished.shape[0]:
+            return None
+        return torch.tensor(live.row_index(), dtype=torch.long)
+
+    def _live_state(self, state: DecodeState, rows: Tensor | None) -> DecodeState:
+        """The state of `rows` only (all of it where rows is None)."""
+        if rows is None:
+            return state
+        return DecodeState(*(t[rows] for t in (state.last, state.penult, state.max_ts, state.finished, state.sum_logprobs)))
+
+    def _next_logits(self, tokens: Tensor) -> None:
+        """The decoder on the tokens just picked [B], into `logits`. Where the decoder computes a
+        row to the same bits in any set of rows (rows_apart) and some window has ended, it takes
+        the live windows' rows only; the ended rows' logits are left as they were, never read."""
+        live = self.live_windows()
+        if live is not None and self.decoder.rows_apart and len(live.windows) * self.group < tokens.shape[0]:
+            rows = torch.tensor(live.row_index(), dtype=torch.long)
+            logits = self.decoder(tokens[rows, None], self.input_pos, self.pad[rows], replace(live, compact=True))
+            self.logits.index_copy_(0, rows, logits[:, -1])
+        else:
+            self.logits.copy_(self.decoder(tokens[:, None], self.input_pos, self.pad, live)[:, -1])
+
     def _sampled_at(self, offset: int) -> Tensor:
         # the token sampled `offset` steps ago [B]; column 0 where there is none (the filters ignore it)
         column = (self.i - offset).clamp(min=0).view(1, 1).expand(self.sampled.shape[0], 1)
@@ -241,12 +269,21 @@ class DecodeLoop(torch.nn.Module):
         state = DecodeState(
             self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
         )
-        tokens, new = select_tokens(self.filters, self.logits, self.i, state, self.temperature, self.seed, self.sample)
+        rows = self.live_rows()
+        if rows is None:
+            tokens, new = select_tokens(self.filters, self.logits, self.i, state, self.temperature, self.seed, self.sample)
+        else:  # an ended row picks eot and keeps its state, as select_tokens leaves it
+            picked, live = select_tokens(self.filters, self.logits[rows], self.i, self._live_state(state, rows),
+                                         self.temperature[rows], self.seed[rows], self.sample)  # fmt: skip
+            tokens = torch.full_like(state.last, self.filters.eot).index_copy_(0, rows, picked)
+            new = DecodeState(tokens, state.last, state.max_ts.index_copy(0, rows, live.max_ts),
+                              state.finished.index_copy(0, rows, live.finished),
+                              state.sum_logprobs.index_copy(0, rows, live.sum_logprobs))  # fmt: skip
         self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
         self.max_ts.copy_(new.max_ts)
         n_ctx = self.decoder.positional_embedding.shape[0]
         self.finished.copy_(new.finished | (self.input_pos - self.pad >= n_ctx))
         self.sum_logprobs.copy_(new.sum_logprobs)
-        self.logits.copy_(self.decoder(tokens[:, None], self.input_pos, self.pad, self.live_windows())[:, -1])
+        self._next_logits(tokens)
         self.input_pos.add_(1)
         self.i.add_(1)

@@ -140,12 +140,17 @@ class LiveWindows:
     Attention runs over each run of neighbouring live windows as matmuls, which compute every
     row on its own (decoder_attention); beam search's float32 logits are a product per window,
     packed fp16 or int8 logits one call for all live rows (a row's bits its own), greedy float32
-    logits the whole batch. So a window's tokens are the same whichever windows are still decoding beside it. On
-    copperfield (26:09, tiny.en, beam 5, batch 4, 2 cores) the process took 149.6 s against
-    170.8 s computing every row, writing the same bytes."""
+    logits the whole batch. So a window's tokens are the same whichever windows are still
+    decoding beside it. On copperfield (26:09, tiny.en, beam 5, batch 4, 2 cores) the process
+    took 149.6 s against 170.8 s computing every row, writing the same bytes. Where the decoder's
+    linear layers and logits give a row the same bits in any set of rows (fp16 weights,
+    TextDecoder.rows_apart), a step takes the live rows only (`compact`): the linear layers and
+    the vocabulary-wide work skip the ended windows too (copperfield at beam 5, batch 8,
+    in-process: 66.9 s against 82.7 s)."""
 
     windows: list[int]
     group: int
+    compact: bool = False  # the decoder's input holds the live windows' rows only (see compact_runs)
 
     def rows(self) -> list[slice]:
         return [slice(w * self.group, (w + 1) * self.group) for w in self.windows]
@@ -163,6 +168,16 @@ class LiveWindows:
     def run_rows(self) -> list[tuple[slice, slice]]:
         """(windows, their decoder rows) for every run of neighbouring live windows."""
         return [(run, slice(run.start * self.group, run.stop * self.group)) for run in self.runs()]
+
+    def compact_runs(self) -> list[tuple[slice, slice, slice]]:
+        """(windows, their decoder rows, those rows' place in an input of live rows only) for every
+        run of neighbouring live windows."""
+        runs, at = [], 0
+        for windows, rows in self.run_rows():
+            n = rows.stop - rows.start
+            runs.append((windows, rows, slice(at, at + n)))
+            at += n
+        return runs
 
     def row_index(self) -> list[int]:
         return [w * self.group + g for w in self.windows for g in range(self.group)]
@@ -245,6 +260,14 @@ class SelfAttention(nn.Module):
         v = split_heads(self.value(x), self.n_head)
         if self.kv_cache is None:
             return self.out(merge_heads(F.scaled_dot_product_attention(q, k, v, attn_mask=mask)))
+        if live is not None and live.compact:  # x holds the live rows only: their caches, run by run
+            a = torch.empty_like(q)
+            for _, rows, at in live.compact_runs():
+                cache_k, cache_v = self.kv_cache.k[rows], self.kv_cache.v[rows]
+                cache_k.index_copy_(2, input_pos, k[at])
+                cache_v.index_copy_(2, input_pos, v[at])
+                a[at] = decoder_attention(q[at], cache_k, cache_v, mask[at], input_pos, by_row=True)
+            return self.out(merge_heads(a))
         k, v = self.kv_cache.update(input_pos, k, v)
         if live is None:
             return self.out(merge_heads(decoder_attention(q, k, v, mask, input_pos)))
@@ -264,10 +287,11 @@ class CrossAttention(nn.Module):
         self.out = nn.Linear(n_state, n_state)
         self.cross_kv: CrossKV | None = None
 
-    def set_audio_features(self, xa: Tensor) -> None:
-        # xa: [B, n_audio_ctx, D]; writes into the preallocated buffers in place
-        self.cross_kv.k.copy_(split_heads(self.key(xa), self.n_head))
-        self.cross_kv.v.copy_(split_heads(self.value(xa), self.n_head))
+    def set_audio_features(self, xa: Tensor, row: int | None = None) -> None:
+        # xa: [B, n_audio_ctx, D], or [1, ...] for batch row `row`; written into the preallocated buffers in place
+        k, v = (self.cross_kv.k, self.cross_kv.v) if row is None else (self.cross_kv.k[row : row + 1], self.cross_kv.v[row : row + 1])
+        k.copy_(split_heads(self.key(xa), self.n_head))
+        v.copy_(split_heads(self.value(xa), self.n_head))
 
     def forward(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B * G, T, D], G rows (beams or samples) per window sharing its audio's keys and values
@@ -275,6 +299,11 @@ class CrossAttention(nn.Module):
         k, v = self.cross_kv.k, self.cross_kv.v
         if live is None:
             return self.out(merge_heads(group_attention(q, k, v)))
+        if live.compact:  # x holds the live rows only
+            a = torch.empty_like(q)
+            for windows, _, at in live.compact_runs():
+                a[at] = group_attention(q[at], k[windows], v[windows], by_row=True)
+            return self.out(merge_heads(a))
         a = q.new_zeros(q.shape)
         for windows, rows in live.run_rows():
             a[rows] = group_attention(q[rows], k[windows], v[windows], by_row=True)
@@ -355,10 +384,24 @@ class TextDecoder(nn.Module):
         self.blocks = nn.ModuleList(DecoderBlock(n_state, n_head) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
         self.projection: nn.Module | None = None  # packed fp16 or int8 weights (wtx.quantize); else the embedding's transpose
+        # whether a step may take the live rows only (LiveWindows.compact): where every linear
+        # layer and the projection give a row the same bits in any set of rows (fp16 weights)
+        self.rows_apart = False
 
-    def set_audio_features(self, xa: Tensor) -> None:
+    def set_audio_features(self, xa: Tensor, row: int | None = None) -> None:
+        """The cross-attention keys and values of the audio features xa [B, n_audio_ctx, D], or of
+        one window's [1, ...] into batch row `row`."""
         for block in self.blocks:
-            block.cross_attn.set_audio_features(xa)
+            block.cross_attn.set_audio_features(xa, row)
+
+    def audio_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
+        """A copy of batch row `row`'s cross-attention keys and values, per layer (set_audio_kv)."""
+        return [(b.cross_attn.cross_kv.k[row].clone(), b.cross_attn.cross_kv.v[row].clone()) for b in self.blocks]
+
+    def set_audio_kv(self, row: int, kv: list[tuple[Tensor, Tensor]]) -> None:
+        for block, (k, v) in zip(self.blocks, kv):
+            block.cross_attn.cross_kv.k[row].copy_(k)
+            block.cross_attn.cross_kv.v[row].copy_(v)
 
     def hidden(self, tokens: Tensor, input_pos: Tensor, pad: Tensor, heads: dict[int, Tensor] | None = None,
                weights: list[Tensor] | None = None, live: LiveWindows | None = None) -> Tensor:  # fmt: skip
@@ -398,8 +441,8 @@ class TextDecoder(nn.Module):
 
     def logits(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
-        if live is not None and self.projection is not None and len(live.windows) * live.group == x.shape[0]:
-            return self.projection(x)  # every row live: one call, without gathering them
+        if live is not None and self.projection is not None and (live.compact or len(live.windows) * live.group == x.shape[0]):
+            return self.projection(x)  # x holds the live rows only, or every row is live
         if live is not None and (self.projection is not None or live.group > 1):
             out = x.new_empty(*x.shape[:-1], self.token_embedding.weight.shape[0], dtype=torch.float32)
             out[live.ended_rows(x.shape[0])] = 0.0
