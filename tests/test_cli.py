@@ -139,7 +139,7 @@ def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
     from wtx.engine import native_bf16
 
     encoder = ", bf16 encoder" if native_bf16() else ""  # --dtype auto on a CPU with native bf16
-    assert f"(float32{encoder}, fp16 logits)" in greedy.stderr.decode()
+    assert f"(float32{encoder}, fp16 decoder weights)" in greedy.stderr.decode()
     beams = run_wtx("transcribe", tone, "--quantize", "int8", "--device", "cpu", "-o", str(tmp_path / "beams"))
     assert beams.returncode == 0 and f"(float32{encoder}, int8 logits), " in beams.stderr.decode()  # asked for
     plain = run_wtx("transcribe", tone, "--quantize", "none", "--device", "cpu", "-o", str(tmp_path / "plain"))

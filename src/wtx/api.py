@@ -105,8 +105,8 @@ def load_model(
     the model on the device, within its free memory (on an H200 64 for tiny.en and base greedy,
     32 with beam search; on a CPU 8); info.options says which.
     compile=True compiles (or loads cached artifacts of) the encoder and decode step;
-    quantize: "auto" (None), "fp16", "int8" or "none", as the CLI's --quantize (auto: the logit
-    projection with fp16 weights on a CPU in float32, eager);
+    quantize: "auto" (None), "fp16", "int8" or "none", as the CLI's --quantize (auto: the
+    decoder's linear layers and logit projection with fp16 weights on a CPU in float32, eager);
     vad=True drops windows without speech (Silero VAD) before decoding.
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
     beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures

@@ -16,11 +16,12 @@ DTYPE_HELP = ("auto, fp32, fp16 or bf16. auto (the default): fp16 on CUDA; on a 
               "encoder on 2 cores, the same average WER). fp32: all of the model in fp32. bf16 on a CPU "
               "is faster still (1.2x at beam 5, 1.5x at beam 1) but measured less accurate at beam 5.")
 QUANTIZE_CHOICES = ("auto", "fp16", "int8", "none")
-QUANTIZE_HELP = ("auto, fp16, int8 or none: how the logit projection (the token embedding, read whole at every "
-                 "decode step) runs on a CPU in fp32, eager. fp16: fbgemm's fp16 weights with fp32 sums; "
-                 "Whisper's checkpoints are fp16, so nothing is rounded (2.8x faster than fp32 for 8 rows "
-                 "on 2 cores). int8: a scale per token, activations quantised per row, off by up to 1.2 in "
-                 "a logit and no faster. auto (the default): fp16 there, none elsewhere.")
+QUANTIZE_HELP = ("auto, fp16, int8 or none: packed weights for the decoder on a CPU in fp32, eager. fp16: the "
+                 "decoder's linear layers and logit projection (the token embedding, read whole at every "
+                 "decode step) with fbgemm's fp16 weights and fp32 sums; Whisper's checkpoints are fp16, so "
+                 "nothing is rounded (the logits 2.8x faster than fp32 for 8 rows on 2 cores). int8: the "
+                 "logit projection only, a scale per token, activations quantised per row, off by up to 1.2 "
+                 "in a logit and no faster. auto (the default): fp16 there, none elsewhere.")
 BENCH_DTYPE_HELP = "fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU, where stock openai-whisper runs fp32 only)."
 
 app = typer.Typer(

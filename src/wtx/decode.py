@@ -2,7 +2,7 @@
 
 The rules are openai-whisper's `decode()` rules (SuppressBlank, SuppressTokens,
 ApplyTimestampRules with the initial-timestamp limit), rewritten without per-row Python:
-each step reads a few [B] state tensors and builds one [B, n_vocab] mask. Nothing here
+each step reads a few [B] state tensors and masks the logits from [B] and [V] tensors. Nothing here
 branches on tensor values, so a step compiles into a single graph.
 """
 

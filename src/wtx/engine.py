@@ -81,8 +81,9 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
 
 
 def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False) -> str | None:
-    """How the logit projection runs (wtx.quantize): "fp16" (fp16 weights, float32 sums), "int8"
-    or None (the model's dtype). "auto" (or None): "fp16" on a CPU in float32, eager; "fp16" or
+    """How the decoder's weights run (wtx.quantize): "fp16" (the linear layers and the logit
+    projection with fp16 weights, float32 sums), "int8" (the logit projection in int8) or None
+    (the model's dtype). "auto" (or None): "fp16" on a CPU in float32, eager; "fp16" or
     "int8": asked for, and an error where it cannot run; "none": never.
 
     Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within

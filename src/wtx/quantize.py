@@ -136,7 +136,9 @@ def install_linears(decoder: nn.Module, linears: dict[str, nn.Module] | None) ->
     back: each engine installs its own, as it does its logit projection."""
     for name, plain in _plain_linears(decoder).items():
         parent, _, attr = name.rpartition(".")
-        setattr(decoder.blocks.get_submodule(parent), attr, (linears or {}).get(name, plain))
+        module, wanted = decoder.blocks.get_submodule(parent), (linears or {}).get(name, plain)
+        if getattr(module, attr) is not wanted:  # a module left as it is: nothing a compiled graph guards on changes
+            setattr(module, attr, wanted)
 
 
 def _plain_linears(decoder: nn.Module) -> dict[str, nn.Linear]:

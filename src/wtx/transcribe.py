@@ -273,8 +273,9 @@ class _Backend:
 
 
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
-    """What the status line adds after the dtype: a bf16 encoder, fp16 or int8 logits."""
-    return (", bf16 encoder" if encoder_dtype != dtype else "") + (f", {quantized} logits" if quantized else "")
+    """What the status line adds after the dtype: a bf16 encoder, the decoder's fp16 weights, int8 logits."""
+    packed = {"fp16": ", fp16 decoder weights", "int8": ", int8 logits"}.get(quantized, "")
+    return (", bf16 encoder" if encoder_dtype != dtype else "") + packed
 
 
 def _status(line: str) -> None:
