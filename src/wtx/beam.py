@@ -75,16 +75,14 @@ class GroupLoop(DecodeLoop):
         state = DecodeState(self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs)
         rows = self.live_rows()  # the vocabulary-wide work for the windows still decoding only
         live = self._live_state(state, rows)
-        logits = self.filters(self.logits if rows is None else self.logits[rows], self.i, live.last, live.penult, live.max_ts)
+        (live_logits,) = self._of_rows(rows, self.logits)
+        logits = self.filters(live_logits, self.i, live.last, live.penult, live.max_ts)
         logprobs = torch.log_softmax(logits, dim=-1)
         if self.sample or n == 1:
-            temperature, seed = (self.temperature, self.seed) if rows is None else (self.temperature[rows], self.seed[rows])
-            sampled, after_sampling = pick_tokens(self.filters, logits, self.i, live, temperature, seed, self.sample, logprobs)
+            temperature, seed = self._of_rows(rows, self.temperature, self.seed)
+            picked = pick_tokens(self.filters, logits, self.i, live, temperature, seed, self.sample, logprobs)
+            sampled, after_sampling = self._every_row(state, rows, *picked)
             sampled_sums, sampling_done = after_sampling.sum_logprobs, after_sampling.finished
-            if rows is not None:  # an ended row picks eot and keeps its state, as pick_tokens leaves it
-                sampled = torch.full_like(state.last, eot).index_copy_(0, rows, sampled)
-                sampled_sums = state.sum_logprobs.index_copy(0, rows, sampled_sums)
-                sampling_done = state.finished.index_copy(0, rows, sampling_done)
         else:  # every window is at temperature 0, decoded by beam search: no row picks a token of its own
             sampled, sampled_sums, sampling_done = self.rows, self.sum_logprobs, self.finished
         beam_window = self.beam_rows.view(b, g)[:, 0]

@@ -236,22 +236,35 @@ class DecodeLoop(torch.nn.Module):
         Every such operation computes a row on its own, to the same bits in any set of rows. None
         where every window is live, and elsewhere (fixed shapes)."""
         live = self.live_windows()
-        if live is None or len(live.windows) * self.group == self.finished.shape[0]:
+        if live is None or live.every_row(self.finished.shape[0]):
             return None
         return torch.tensor(live.row_index(), dtype=torch.long)
 
+    @staticmethod
+    def _of_rows(rows: Tensor | None, *tensors: Tensor) -> tuple[Tensor, ...]:
+        """Each tensor's `rows` only (all of it where rows is None)."""
+        return tensors if rows is None else tuple(t[rows] for t in tensors)
+
     def _live_state(self, state: DecodeState, rows: Tensor | None) -> DecodeState:
         """The state of `rows` only (all of it where rows is None)."""
+        return DecodeState(*self._of_rows(rows, state.last, state.penult, state.max_ts, state.finished, state.sum_logprobs))
+
+    def _every_row(self, state: DecodeState, rows: Tensor | None, tokens: Tensor, new: DecodeState) -> tuple[Tensor, DecodeState]:
+        """The tokens and new state picked for `rows` (select_tokens or pick_tokens), spread over
+        every row: an ended row picks eot and keeps its state, as the picks leave it."""
         if rows is None:
-            return state
-        return DecodeState(*(t[rows] for t in (state.last, state.penult, state.max_ts, state.finished, state.sum_logprobs)))
+            return tokens, new
+        tokens = torch.full_like(state.last, self.filters.eot).index_copy_(0, rows, tokens)
+        return tokens, DecodeState(tokens, state.last, state.max_ts.index_copy(0, rows, new.max_ts),
+                                   state.finished.index_copy(0, rows, new.finished),
+                                   state.sum_logprobs.index_copy(0, rows, new.sum_logprobs))  # fmt: skip
 
     def _next_logits(self, tokens: Tensor) -> None:
         """The decoder on the tokens just picked [B], into `logits`. Where the decoder computes a
         row to the same bits in any set of rows (rows_apart) and some window has ended, it takes
         the live windows' rows only; the ended rows' logits are left as they were, never read."""
         live = self.live_windows()
-        if live is not None and self.decoder.rows_apart and len(live.windows) * self.group < tokens.shape[0]:
+        if live is not None and self.decoder.rows_apart and not live.every_row(tokens.shape[0]):
             rows = torch.tensor(live.row_index(), dtype=torch.long)
             logits = self.decoder(tokens[rows, None], self.input_pos, self.pad[rows], replace(live, compact=True))
             self.logits.index_copy_(0, rows, logits[:, -1])
@@ -269,16 +282,10 @@ class DecodeLoop(torch.nn.Module):
         state = DecodeState(
             self._sampled_at(1), self._sampled_at(2), self.max_ts, self.finished, self.sum_logprobs
         )
-        rows = self.live_rows()
-        if rows is None:
-            tokens, new = select_tokens(self.filters, self.logits, self.i, state, self.temperature, self.seed, self.sample)
-        else:  # an ended row picks eot and keeps its state, as select_tokens leaves it
-            picked, live = select_tokens(self.filters, self.logits[rows], self.i, self._live_state(state, rows),
-                                         self.temperature[rows], self.seed[rows], self.sample)  # fmt: skip
-            tokens = torch.full_like(state.last, self.filters.eot).index_copy_(0, rows, picked)
-            new = DecodeState(tokens, state.last, state.max_ts.index_copy(0, rows, live.max_ts),
-                              state.finished.index_copy(0, rows, live.finished),
-                              state.sum_logprobs.index_copy(0, rows, live.sum_logprobs))  # fmt: skip
+        rows = self.live_rows()  # the vocabulary-wide work for the windows still decoding only
+        logits, temperature, seed = self._of_rows(rows, self.logits, self.temperature, self.seed)
+        picked = select_tokens(self.filters, logits, self.i, self._live_state(state, rows), temperature, seed, self.sample)
+        tokens, new = self._every_row(state, rows, *picked)
         self.sampled.index_copy_(1, self.i.view(1), tokens[:, None])
         self.max_ts.copy_(new.max_ts)
         n_ctx = self.decoder.positional_embedding.shape[0]

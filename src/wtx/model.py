@@ -182,6 +182,10 @@ class LiveWindows:
     def row_index(self) -> list[int]:
         return [w * self.group + g for w in self.windows for g in range(self.group)]
 
+    def every_row(self, n_rows: int) -> bool:
+        """Whether every one of a batch's n_rows decoder rows is live."""
+        return len(self.windows) * self.group == n_rows
+
     def ended_rows(self, n_rows: int) -> list[int]:
         live = set(self.windows)
         return [r for r in range(n_rows) if r // self.group not in live]
@@ -196,11 +200,14 @@ class KVCache(nn.Module):
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def update(self, input_pos: Tensor, k: Tensor, v: Tensor, rows: slice | None = None) -> tuple[Tensor, Tensor]:
         # input_pos: [T] cache slots; k, v: [B, H, T, Dh]. B may be fewer rows than the cache
-        # holds: a group's prefill writes one row per window (see repeat_rows).
+        # holds: a group's prefill writes one row per window (see repeat_rows); `rows`, where
+        # given, are the cache rows k and v belong to (a run of live windows).
         cache_k, cache_v = self.k, self.v
-        if k.shape[0] != cache_k.shape[0]:
+        if rows is not None:
+            cache_k, cache_v = cache_k[rows], cache_v[rows]
+        elif k.shape[0] != cache_k.shape[0]:
             cache_k, cache_v = cache_k[: k.shape[0]], cache_v[: k.shape[0]]
         cache_k.index_copy_(2, input_pos, k)
         cache_v.index_copy_(2, input_pos, v)
@@ -263,9 +270,7 @@ class SelfAttention(nn.Module):
         if live is not None and live.compact:  # x holds the live rows only: their caches, run by run
             a = torch.empty_like(q)
             for _, rows, at in live.compact_runs():
-                cache_k, cache_v = self.kv_cache.k[rows], self.kv_cache.v[rows]
-                cache_k.index_copy_(2, input_pos, k[at])
-                cache_v.index_copy_(2, input_pos, v[at])
+                cache_k, cache_v = self.kv_cache.update(input_pos, k[at], v[at], rows)
                 a[at] = decoder_attention(q[at], cache_k, cache_v, mask[at], input_pos, by_row=True)
             return self.out(merge_heads(a))
         k, v = self.kv_cache.update(input_pos, k, v)
@@ -441,7 +446,7 @@ class TextDecoder(nn.Module):
 
     def logits(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B, T, D] hidden states -> [B, T, n_vocab] in float32
-        if live is not None and self.projection is not None and (live.compact or len(live.windows) * live.group == x.shape[0]):
+        if live is not None and self.projection is not None and (live.compact or live.every_row(x.shape[0])):
             return self.projection(x)  # x holds the live rows only, or every row is live
         if live is not None and (self.projection is not None or live.group > 1):
             out = x.new_empty(*x.shape[:-1], self.token_embedding.weight.shape[0], dtype=torch.float32)

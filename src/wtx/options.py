@@ -42,7 +42,7 @@ class EngineOptions:
     model: str = "tiny.en"
     device: str | None = None  # None: cuda if available, else cpu
     dtype: str | None = None  # None or "auto": fp16 on cuda, fp32 on cpu
-    quantize: str | None = None  # None or "auto": fp16 logit weights on a CPU in fp32, eager (engine.pick_quantize); "fp16", "int8" or "none"
+    quantize: str | None = None  # None or "auto": the decoder's fp16 weights on a CPU in fp32, eager (engine.pick_quantize); "fp16", "int8" or "none"
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     check_every: int = 8  # decode steps between all-rows-finished checks
     decoding: DecodingOptions = field(default_factory=DecodingOptions)

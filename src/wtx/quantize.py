@@ -1,4 +1,5 @@
-"""Packed weights for a CPU's decode steps, through fbgemm: the logit projection.
+"""Packed weights for a CPU's decode steps, through fbgemm: the logit projection, and with fp16
+the decoder's linear layers too (fp16_linears).
 
 A decode step reads the logit projection (the token embedding's transpose, 51,864 x 384 numbers
 for tiny.en) whole, for a few rows; in float32 that is the largest part of a step.

@@ -74,7 +74,7 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
-    quantize: str | None = None  # None or "auto": fp16 logit weights on a CPU in fp32, eager (engine.pick_quantize)
+    quantize: str | None = None  # None or "auto": the decoder's fp16 weights on a CPU in fp32, eager (engine.pick_quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
@@ -268,7 +268,7 @@ class _Backend:
     stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
-    quantized: str | None = None  # the logit projection's packed weights: "fp16" or "int8" (wtx.quantize)
+    quantized: str | None = None  # the decoder's packed weights: "fp16" or "int8" (wtx.quantize)
     encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
 
 
