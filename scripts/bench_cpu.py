@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -120,7 +121,7 @@ def end_to_end(args, rows, save=lambda: None):
             rows.append(faster_whisper(args, int(name.rsplit(" ", 1)[1]), reference))
             save()
             continue
-        extra, env = E2E[name]
+        extra, env = E2E.get(name) or (shlex.split(name.removeprefix("wtx ")), {})
         with tempfile.TemporaryDirectory() as out:
             cmd = [sys.executable, "-m", "wtx", "transcribe", str(args.audio), "--model", args.model,
                    "--threads", str(args.threads), "-f", "txt", "-o", out, *extra]  # fmt: skip
@@ -175,12 +176,12 @@ def main() -> int:
     parser.add_argument("--skip-passes", action="store_true")
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--e2e", default=";".join([*E2E, *FASTER_WHISPER_E2E]),
-                        help="end-to-end configurations, separated by ';' (default: all)")
+                        help="end-to-end configurations, separated by ';' (default: all); 'wtx --OPTIONS' runs wtx with those options")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.e2e = [n.strip() for n in args.e2e.split(";") if n.strip()]
-    unknown = [n for n in args.e2e if n not in E2E and n not in FASTER_WHISPER_E2E]
+    unknown = [n for n in args.e2e if n not in E2E and n not in FASTER_WHISPER_E2E and not n.startswith("wtx --")]
     if unknown:
         parser.error(f"unknown --e2e configurations: {unknown}")
 
