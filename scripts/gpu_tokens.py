@@ -17,6 +17,7 @@ The JSON keeps every token list.
 import argparse
 import json
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,11 +31,9 @@ def random_checkpoint(dims: dict, path: Path) -> None:
 
     from wtx.model import ModelDimensions, Whisper
 
-    torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = Whisper(ModelDimensions(**dims))
+    shapes = Whisper(ModelDimensions(**dims)).state_dict()  # every tensor replaced: a seed per tensor
     state = {name: torch.randn(t.shape, generator=torch.Generator().manual_seed(i)) * 0.05
-             for i, (name, t) in enumerate(model.state_dict().items())}  # fmt: skip
+             for i, (name, t) in enumerate(shapes.items())}  # fmt: skip
     torch.save({"dims": dims, "model_state_dict": state}, path)
 
 
@@ -69,7 +68,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a CUDA device", file=sys.stderr)
         return 2
-    checkpoint = args.json.with_suffix(".weights.pt")
+    workdir = tempfile.TemporaryDirectory()  # the random checkpoint, removed at exit
+    checkpoint = Path(workdir.name) / "random.pt"
     random_checkpoint(args.dims, checkpoint)
     windows = noise_windows()
     runs = {}
@@ -91,7 +91,7 @@ def main() -> int:
                   f"compiled == eager per window {runs[key]['compiled_equal_eager']}")  # fmt: skip
     report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "dims": args.dims, "runs": runs}
     args.json.write_text(json.dumps(report, indent=1))
-    checkpoint.unlink()
+    workdir.cleanup()
     ok = all(run["graphs_equal_eager"] for run in runs.values())
     if args.against is not None:
         before = json.loads(args.against.read_text())["runs"]
