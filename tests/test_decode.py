@@ -83,9 +83,11 @@ def test_rules_match_openai_whisper(tokenizer, case):
     states = [state_of(h, ts_begin) for h in histories]
     last, penult, max_ts = (torch.tensor(x) for x in zip(*states))
     i = torch.tensor(len(histories[0]))
-    got = filters(logits.clone(), i, last, penult, max_ts)
+    got, logprobs = filters.filtered(logits.clone(), i, last, penult, max_ts)
     assert torch.equal(torch.isinf(got), torch.isinf(expected))
     assert torch.equal(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
+    # computed again for the rows the timestamp rule masked only: a full log_softmax's bits
+    assert torch.equal(logprobs, torch.log_softmax(got, dim=-1))
 
 
 def test_select_tokens_forces_end_of_text_after_finish(tokenizer):

@@ -76,8 +76,7 @@ class GroupLoop(DecodeLoop):
         rows = self.live_rows()  # the vocabulary-wide work for the windows still decoding only
         live = self._live_state(state, rows)
         (live_logits,) = self._of_rows(rows, self.logits)
-        logits = self.filters(live_logits, self.i, live.last, live.penult, live.max_ts)
-        logprobs = torch.log_softmax(logits, dim=-1)
+        logits, logprobs = self.filters.filtered(live_logits, self.i, live.last, live.penult, live.max_ts)
         if self.sample or n == 1:
             temperature, seed = self._of_rows(rows, self.temperature, self.seed)
             picked = pick_tokens(self.filters, logits, self.i, live, temperature, seed, self.sample, logprobs)
