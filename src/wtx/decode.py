@@ -60,7 +60,8 @@ class LogitFilters(torch.nn.Module):
         self.register_buffer("vocab", vocab, persistent=False)
         self.register_buffer("suppress", suppress, persistent=False)
         self.register_buffer("first_step", suppress | blank | initial, persistent=False)
-        self.register_buffer("timestamps", vocab[self.timestamp_begin :], persistent=False)
+        # a copy, not a view of `vocab`: torch.export refuses state tensors that alias one another
+        self.register_buffer("timestamps", vocab[self.timestamp_begin :].clone(), persistent=False)
 
     def forward(self, logits: Tensor, i: Tensor, last: Tensor, penult: Tensor, max_ts: Tensor) -> Tensor:
         """Masks logits [B, V] for sampled step `i` (a 0-d tensor); see filtered()."""
