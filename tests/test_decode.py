@@ -151,3 +151,26 @@ def test_split_segments_empty(tokenizer):
     assert split_segments([], tokenizer, 0.0, 30.0) == []
     ts = tokenizer.timestamp_begin
     assert split_segments([ts, ts + 10], tokenizer, 0.0, 30.0) == []
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_rules_without_timestamps_match_openai_whisper(tokenizer, case):
+    """Text only (without_timestamps): openai-whisper applies SuppressBlank and SuppressTokens and
+    no timestamp rule, so every timestamp stays possible and <|notimestamps|> is not suppressed."""
+    rng = random.Random(case)
+    batch, n_vocab = 4, TINY_EN.n_vocab
+    length = rng.randint(0, 6)
+    histories = [[rng.randint(0, 5000) for _ in range(length)] for _ in range(batch)]
+    sample_begin = 1
+    tokens = torch.tensor([[tokenizer.sot] + h for h in histories], dtype=torch.long)
+    logits = torch.randn(batch, n_vocab, generator=torch.Generator().manual_seed(case)) * 3
+    expected = logits.clone()
+    for f in stock_filters(tokenizer, sample_begin)[:2]:
+        f.apply(expected, tokens)
+
+    filters = LogitFilters(tokenizer, n_vocab, DecodingOptions(without_timestamps=True))
+    last, penult, max_ts = (torch.tensor([h[-k] if len(h) >= k else 0 for h in histories]) for k in (1, 2, 3))
+    got, logprobs = filters.filtered(logits.clone(), torch.tensor(length), last, penult, max_ts * 0)
+    assert torch.equal(got, expected)
+    assert torch.equal(logprobs, torch.log_softmax(got, dim=-1))
+    assert not torch.isinf(got[:, tokenizer.timestamp_begin :]).any()

@@ -64,3 +64,23 @@ def test_prompted_windows_match_stock_decode_with_prompt(engine_and_stock):
     assert result.identical >= 5
     assert result.wer <= 0.01
     assert sum(a.tokens != b.tokens for a, b in zip(theirs, unprompted)) >= 1  # the prompts changed the output
+
+
+def test_text_only_windows_match_stock_decode_without_timestamps(engine_and_stock):
+    """without_timestamps: <|notimestamps|> ends the prefix and no timestamp rule applies, as
+    stock decode(without_timestamps=True); each window's text is one segment over its audio."""
+    engine, stock = engine_and_stock
+    path = shared_file("tts/copperfield_ch01_slt.mp3")
+    windows = list(itertools.islice(fixed_windows(stream_samples(str(path))), 6))
+    text_only = Engine(replace(engine.options, decoding=replace(engine.options.decoding, without_timestamps=True)),
+                       model=engine.model)  # fmt: skip
+    ours = text_only.decode_batch(windows)
+    theirs = stock_decode(stock, windows, batch_size=8, without_timestamps=True)
+
+    result, ours_text = compare(engine, theirs, ours, "without timestamps")
+    assert result.identical >= 5
+    assert result.wer <= 0.01
+    assert len(ours_text.split()) > 50 * len(windows)
+    assert all(t < engine.tokenizer.eot for r in ours for t in r.tokens)  # text tokens only
+    for r, w in zip(ours, windows):
+        assert [(s.start, s.end) for s in r.segments] == [(w.offset, w.offset + w.duration)]

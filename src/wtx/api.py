@@ -99,6 +99,7 @@ def load_model(
     quantize: str | None = None, batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
     condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False, beam_size: int = 5,
     best_of: int | None = None, patience: float = 1.0, length_penalty: float | None = None,
+    without_timestamps: bool = False,
 ) -> Model:
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
@@ -111,13 +112,14 @@ def load_model(
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
     beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures
     (best_of=None: as many samples as beams). Every batch holds max(beam_size, best_of) decoder
-    rows per window, so best_of above beam_size costs every window, not only the fallbacks."""
+    rows per window, so best_of above beam_size costs every window, not only the fallbacks.
+    without_timestamps=True decodes text only (openai-whisper's option): a window is one segment."""
     from wtx.engine import Engine, EngineOptions
 
     options = EngineOptions(
         model=name, device=device, dtype=dtype, quantize=quantize, batch_size=batch_size, compile=compile, strict=strict,
         decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
-                         patience=patience, length_penalty=length_penalty),
+                         patience=patience, length_penalty=length_penalty, without_timestamps=without_timestamps),
         condition_on_previous_text=condition_on_previous_text,
     )  # fmt: skip
     engine = Engine(options)

@@ -49,11 +49,14 @@ class BatchDecoder:
         self.check_every = check_every
         self.dtype = dtype
         self.device = next(model.parameters()).device
+        # every prefix ends with these; text only, with <|notimestamps|>
+        self.sot_tokens = (tokenizer.sot_sequence_including_notimestamps if decoding.without_timestamps
+                           else tokenizer.sot_sequence)  # fmt: skip
         self.filters = LogitFilters(tokenizer, self.dims.n_vocab, decoding, self.device)
         self.sample_len = min(decoding.sample_len, self.dims.n_text_ctx // 2)
-        self.sot_sequence = torch.tensor(tokenizer.sot_sequence, device=self.device)
-        self.sot_index = list(tokenizer.sot_sequence).index(tokenizer.sot)
-        n_sot = len(tokenizer.sot_sequence)
+        self.sot_sequence = torch.tensor(self.sot_tokens, device=self.device)
+        self.sot_index = list(self.sot_tokens).index(tokenizer.sot)
+        n_sot = len(self.sot_tokens)
         self.prefix_len = n_sot + (1 + max_prompt if max_prompt else 0)  # the longest prefix
         self.n_slots = self.prefix_len + self.sample_len
         self.slots = torch.arange(self.n_slots, device=self.device)
@@ -155,7 +158,7 @@ class BatchDecoder:
 
         A row is [<|startofprev|>, *prompt, *sot_sequence], or the sot sequence alone without a
         prompt. P is the decoder's longest possible prefix, or the longest row unless `fixed`."""
-        sot_sequence = list(self.tokenizer.sot_sequence)
+        sot_sequence = list(self.sot_tokens)
         rows = []
         for i in range(n_rows):
             prompt = prompts[i][-self.max_prompt :] if prompts and i < len(prompts) and self.max_prompt else []
@@ -176,7 +179,7 @@ class BatchDecoder:
         self._encode(samples)
         if self.dims.is_multilingual and language_tokens is None:
             language_tokens = self._language_at_sot(n)  # the first row decides
-        sot_at = width - len(self.tokenizer.sot_sequence)  # the sot sequence ends every row
+        sot_at = width - len(self.sot_tokens)  # the sot sequence ends every row
         if language_tokens is not None:
             prefix = torch.cat([prefix[:, : sot_at + 1], language_tokens[:, None], prefix[:, sot_at + 2 :]], dim=1)
         hidden = decoder.hidden(prefix, self.slots[:width], pad)

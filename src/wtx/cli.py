@@ -136,6 +136,7 @@ def transcribe(
     patience: Annotated[float, typer.Option("--patience", min=0.0, help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have).")] = 1.0,
     length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", min=0.0, max=2.0, help="Rank hypotheses by log-probability / ((5 + length) / 6) ** this; default: / length.")] = None,
     word_timestamps: Annotated[bool, typer.Option("--word-timestamps", help="Time every word (openai-whisper's method: the alignment heads' cross-attention, aligned by dynamic time warping). Words go into .json (word, start, end, probability) and .tsv (a row per word); subtitle cues take their times from words. Costs one more decoder pass per batch.")] = False,
+    without_timestamps: Annotated[bool, typer.Option("--without-timestamps", help="Decode text only, without Whisper's timestamp tokens (openai-whisper's without_timestamps): a window becomes one segment, no speech the model skipped inside a window is decoded again, and decoding takes fewer steps. With --word-timestamps, words still get their times.")] = False,
     max_line_width: Annotated[Optional[int], typer.Option("--max-line-width", min=1, help="With --word-timestamps: characters per subtitle line (default 42, cues never spanning segments). With --max-line-count too, cues may span segments and break at pauses of 3 s, as openai-whisper's.", show_default=False)] = None,
     max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --word-timestamps: lines per subtitle cue (default 2).", show_default=False)] = None,
     max_words_per_line: Annotated[Optional[int], typer.Option("--max-words-per-line", min=1, help="With --word-timestamps: words per subtitle line; each run of this many words starts a cue unless --max-line-width and --max-line-count are given.", show_default=False)] = None,
@@ -200,7 +201,7 @@ def transcribe(
         compile=compile, strict=strict, compare_eager=compare_eager, split=split,
         condition=condition, skip_existing=skip_existing, resume=resume, vad=vad,
         beam_size=beam_size, best_of=best_of or beam_size, patience=patience, length_penalty=length_penalty,
-        word_timestamps=word_timestamps, subtitles=subtitles, ray=cluster, cuda_graphs=cuda_graphs, profile_startup=profile_startup,
+        word_timestamps=word_timestamps, without_timestamps=without_timestamps, subtitles=subtitles, ray=cluster, cuda_graphs=cuda_graphs, profile_startup=profile_startup,
     )  # fmt: skip
     raise typer.Exit(run_transcribe(expanded.inputs, expanded.problems, job))
 

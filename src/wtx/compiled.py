@@ -124,7 +124,8 @@ class CompiledRunner:
         """What, besides shapes and sources, makes compiled artifacts differ."""
         d = self.batch.decoding
         groups = f"-group{d.group}-beams{d.beam_size}-best{d.best_of}-candidates{d.max_candidates}"
-        return f"{self.step_backend}-graph{int(self.cuda_graph)}-prefix{self.batch.prefix_len}{groups}"
+        text_only = "-notimestamps" if d.without_timestamps else ""  # the step has no timestamp rules
+        return f"{self.step_backend}-graph{int(self.cuda_graph)}-prefix{self.batch.prefix_len}{groups}{text_only}"
 
     def compile(self, sources: list[str], on_status: Callable[[str], None] | None = None) -> CompileReport:
         """Compiles the encoder and the decode step for the decoder's fixed batch.

@@ -38,17 +38,19 @@ def suppress_tokens(tokenizer) -> list[int]:
 
 class LogitFilters(torch.nn.Module):
     """Every logit filter of timestamped decoding (suppressed tokens, blanks, timestamp rules),
-    held as [n_vocab] tensors."""
+    held as [n_vocab] tensors. Without timestamps (options.without_timestamps), the first two
+    only, as openai-whisper's decode(without_timestamps=True)."""
 
     def __init__(self, tokenizer, n_vocab: int, options: DecodingOptions, device=None):
         super().__init__()
         self.eot = tokenizer.eot
         self.timestamp_begin = tokenizer.timestamp_begin
         self.max_initial_timestamp_index = round(options.max_initial_timestamp / TIME_PRECISION)
+        self.timestamp_rules = not options.without_timestamps
         vocab = torch.arange(n_vocab, device=device)
         suppress = torch.zeros(n_vocab, dtype=torch.bool, device=device)
         suppress[suppress_tokens(tokenizer)] = True
-        if tokenizer.no_timestamps is not None:
+        if tokenizer.no_timestamps is not None and self.timestamp_rules:
             suppress[tokenizer.no_timestamps] = True
         if options.suppress_eot:
             suppress[tokenizer.eot] = True
@@ -56,7 +58,7 @@ class LogitFilters(torch.nn.Module):
         if options.suppress_blank:
             blank[tokenizer.encoding.encode_ordinary(" ") + [tokenizer.eot]] = True
         last_initial = self.timestamp_begin + self.max_initial_timestamp_index
-        initial = (vocab < self.timestamp_begin) | (vocab > last_initial)
+        initial = ((vocab < self.timestamp_begin) | (vocab > last_initial)) & self.timestamp_rules  # a timestamp first
         self.register_buffer("vocab", vocab, persistent=False)
         self.register_buffer("suppress", suppress, persistent=False)
         self.register_buffer("first_step", suppress | blank | initial, persistent=False)
@@ -77,10 +79,12 @@ class LogitFilters(torch.nn.Module):
         masks one range, for some rows, so the masks are built per range from [B] and [V]
         tensors; no [B, V] mask is made (a step over 20 rows spent 2 ms on them on a CPU)."""
         ts_begin, eot = self.timestamp_begin, self.eot
+        logits = logits.masked_fill(torch.where(i == 0, self.first_step, self.suppress), float("-inf"))
+        if not self.timestamp_rules:
+            return logits, torch.log_softmax(logits, dim=-1)
         last_ts = (i >= 1) & (last >= ts_begin)  # [B]
         penult_ts = (i < 2) | (penult >= ts_begin)
         pair_open = last_ts & ~penult_ts
-        logits = logits.masked_fill(torch.where(i == 0, self.first_step, self.suppress), float("-inf"))
         # after a segment's opening timestamp comes text; after a closed pair, no timestamp
         logits[:, :eot].masked_fill_(pair_open[:, None], float("-inf"))
         # timestamps never decrease, and a segment has nonzero length

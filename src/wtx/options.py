@@ -19,6 +19,7 @@ class DecodingOptions:
     best_of: int = 1  # at a fallback temperature: samples drawn per window, the best one kept
     patience: float = 1.0  # beam search ends once round(beam_size * patience) hypotheses have ended
     length_penalty: float | None = None  # None: rank hypotheses by log-probability / length; else Google NMT's penalty
+    without_timestamps: bool = False  # text only (<|notimestamps|>, no timestamp rules): a window is one segment
 
     def __post_init__(self):
         if self.beam_size < 1 or self.best_of < 1:

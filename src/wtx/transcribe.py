@@ -90,6 +90,7 @@ class Job:
     patience: float = 1.0
     length_penalty: float | None = None
     word_timestamps: bool = False
+    without_timestamps: bool = False  # text only: a window is one segment
     subtitles: SubtitleOptions = SubtitleOptions()
     ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
     cuda_graphs: bool = True  # on CUDA, replay the decode steps as CUDA graphs (with or without compile)
@@ -239,7 +240,8 @@ def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: Re
     options = EngineOptions(
         model=job.model, device=job.device, dtype=job.dtype, quantize=job.quantize, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
-                                 patience=job.patience, length_penalty=job.length_penalty),
+                                 patience=job.patience, length_penalty=job.length_penalty,
+                                 without_timestamps=job.without_timestamps),
         compile=compile, cuda_graph=job.cuda_graphs,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
@@ -454,7 +456,8 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
               "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
-              "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps}  # fmt: skip
+              "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps,
+              "without_timestamps": job.without_timestamps}  # fmt: skip
     stock, engine = backend.stock, backend.engine
 
     total = sum(known) if len(known) == len(inputs) else None
