@@ -10,6 +10,8 @@ Configurations (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's
   greedy     the same at --beam-size 1
   unprompted wtx --split silence --no-condition (every window decoded without previous text), beam 5
   fixed      wtx --split fixed (plain 30 s windows), beam 5
+  text-only  wtx --without-timestamps --no-condition (text only, each window alone), beam 5
+  text-only-greedy  the same at --beam-size 1
   plain      wtx's decode_batch on fixed 30 s windows, each alone, greedy: the same work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows, greedy
   transcribe stock model.transcribe() (sequential, conditioned on previous text, temperature
@@ -45,8 +47,8 @@ LONG_FILES = [
     ("tts/alice_ch01_espeak.mp3", "texts/carroll_alice_ch01.txt"),
     ("tts/copperfield_ch01_slt.mp3", "texts/dickens_copperfield_ch01.txt"),
 ]
-CONFIGS = ("silence", "greedy", "unprompted", "fixed", "plain", "decode", "transcribe", "transcribe-beam5",
-           "fw-beam1", "fw-beam5")
+CONFIGS = ("silence", "greedy", "unprompted", "fixed", "text-only", "text-only-greedy", "plain", "decode", "transcribe",
+           "transcribe-beam5", "fw-beam1", "fw-beam5")
 DEFAULT_CONFIGS = ("silence", "fixed", "decode", "transcribe")
 BOUNDARY_S = 1.0
 
@@ -119,7 +121,8 @@ def cross_count(reference: str, decoded: dict) -> None:
 
 
 # the configurations wtx runs, and which of the loaded wtx models each runs
-WTX_MODEL = {"silence": "prompted", "fixed": "prompted", "plain": "prompted", "greedy": "greedy", "unprompted": "unprompted"}
+WTX_MODEL = {"silence": "prompted", "fixed": "prompted", "plain": "prompted", "greedy": "greedy", "unprompted": "unprompted",
+             "text-only": "text-only", "text-only-greedy": "text-only-greedy"}
 
 
 def wtx_quantized(config, models) -> str | None:
@@ -151,7 +154,7 @@ def run_config(config, models, stock, audio_path):
     if config.startswith("fw-"):
         return faster_whisper_segments(models["faster-whisper"](), audio_path, int(config.removeprefix("fw-beam")),
                                        models["fw_batch_size"]), None  # fmt: skip
-    if config in ("silence", "greedy", "unprompted", "fixed"):
+    if config in WTX_MODEL and config != "plain":
         segments, boundaries = [], []
         model = models[WTX_MODEL[config]]
         # the CLI's own path: audio -> windows -> speech windows (Silero VAD) -> the scheduler
@@ -333,11 +336,16 @@ def main() -> int:
         dtype = args.dtype or ("fp16" if args.device.startswith("cuda") else "fp32")
         options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size, quantize=args.quantize)
         weights = str(ct2_checkpoint(Path(model))) if Path(model).is_dir() else model
-        models = {"prompted": wtx.load_model(weights, **options),
-                  "greedy": wtx.load_model(weights, **options, beam_size=1),
-                  "unprompted": wtx.load_model(weights, **options, condition_on_previous_text=False),
-                  "faster-whisper": faster_whisper_loader(model, args.fw_device or args.device, args.threads),
-                  "fw_batch_size": args.fw_batch_size}  # fmt: skip
+        text_only = dict(condition_on_previous_text=False, without_timestamps=True)
+        wanted = {WTX_MODEL.get(c, "prompted") for c in args.configs.split(",")} | {"prompted"}
+        loaders = {"prompted": lambda: wtx.load_model(weights, **options),
+                   "greedy": lambda: wtx.load_model(weights, **options, beam_size=1),
+                   "unprompted": lambda: wtx.load_model(weights, **options, condition_on_previous_text=False),
+                   "text-only": lambda: wtx.load_model(weights, **options, **text_only),
+                   "text-only-greedy": lambda: wtx.load_model(weights, **options, **text_only, beam_size=1)}
+        models = {name: load() for name, load in loaders.items() if name in wanted}
+        models |= {"faster-whisper": faster_whisper_loader(model, args.fw_device or args.device, args.threads),
+                   "fw_batch_size": args.fw_batch_size}  # fmt: skip
         stock = load_stock_model(load_checkpoint(weights), args.device)
         for audio, reference in pairs:
             text = reference.read_text()

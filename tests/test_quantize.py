@@ -1,18 +1,25 @@
 """Packed weights on a CPU (wtx.quantize): fp16 and int8, rows on their own, the engine's choice, the text."""
 
+import functools
+
 import pytest
 import torch
 
 from wtx.engine import pick_quantize
-from wtx.quantize import Fp16Linear, Int8Linear
+from wtx.quantize import Fp16Linear, Int8Linear, has_vnni
 
 
-def test_int8_linear_is_close_to_float32():
+needs_vnni = pytest.mark.skipif(not has_vnni(), reason="8-bit activations need VNNI (without it fbgemm's int16 sums saturate)")
+BOTH_KINDS = [True, pytest.param(False, marks=needs_vnni)]  # two 7-bit rows, one 8-bit row
+
+
+@pytest.mark.parametrize("two_rows", BOTH_KINDS)
+def test_int8_linear_is_close_to_float32(two_rows):
     torch.manual_seed(0)
     linear = torch.nn.Linear(384, 1536)
     x = torch.randn(4, 7, 384)
     expected = linear(x)
-    got = Int8Linear.from_linear(linear)(x)
+    got = Int8Linear(linear.weight, linear.bias, two_rows)(x)
     assert got.shape == expected.shape and got.dtype == torch.float32
     assert ((got - expected).norm() / expected.norm()).item() < 0.02
 
@@ -46,11 +53,13 @@ def test_fp16_linear_adds_its_bias():
                                torch.nn.functional.linear(x, linear.weight.half().float(), linear.bias))  # fmt: skip
 
 
-def test_a_rows_result_does_not_depend_on_the_other_rows():
+@pytest.mark.parametrize("two_rows", BOTH_KINDS)
+def test_a_rows_result_does_not_depend_on_the_other_rows(two_rows):
     """Activations are quantised per row: a row gives the same bits alone, or beside rows of
     any size (one scale for the whole input would let a loud row change a quiet one's text)."""
     torch.manual_seed(0)
-    layer = Int8Linear.from_linear(torch.nn.Linear(384, 384))
+    linear = torch.nn.Linear(384, 384)
+    layer = Int8Linear(linear.weight, linear.bias, two_rows)
     quiet = torch.randn(1, 384) * 0.01
     alone = layer(quiet)
     beside_loud = layer(torch.cat([quiet, torch.randn(5, 384) * 100]))[:1]
@@ -104,7 +113,25 @@ def test_an_eager_cpu_encodes_window_by_window_and_the_padding_once():
     assert torch.equal(cross_kv.k[2], silence[0][0]) and torch.equal(silence[0][0], keys[1])
 
 
-@pytest.mark.parametrize("packed", [Int8Linear, Fp16Linear])
+@needs_vnni
+def test_8bit_rows_are_exact_integer_products():
+    """With VNNI a row is rounded to integers within +-127 of its largest magnitude / 127, and
+    fbgemm sums their products with the int8 weights exactly: the result is that integer sum,
+    scaled back, to float32's rounding (no saturation, no second rounding on fbgemm's grid)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(1536, 384)
+    layer = Int8Linear(linear.weight, linear.bias, two_rows=False)
+    x = torch.randn(6, 1536) * torch.tensor([1e-3, 1.0, 30.0, 1.0, 5.0, 0.1])[:, None]
+    qweight, _ = torch.ops.quantized.linear_unpack(layer.packed)
+    w_int, w_scale = qweight.int_repr().double(), qweight.q_per_channel_scales().double()
+    scale = x.abs().amax(1, keepdim=True).double()
+    k = (x.double() * (127 / scale)).round()
+    expected = (k @ w_int.T) * (scale / 127) * w_scale + linear.bias.double()
+    got = layer(x).double()
+    assert ((got - expected).abs() / (expected.abs() + scale)).max().item() < 1e-5
+
+
+@pytest.mark.parametrize("packed", [Int8Linear, functools.partial(Int8Linear, two_rows=True), Fp16Linear])
 def test_a_row_of_nan_gives_non_finite_logits_and_leaves_the_others_alone(packed):
     """fbgemm's int8 linear refuses a non-finite input: such a row gives NaN, as in float32, not an
     error; in either, the other rows keep their bits."""

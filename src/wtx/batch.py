@@ -19,7 +19,7 @@ from wtx.decode import DecodeLoop, LogitFilters
 from wtx.features import log_mel_spectrogram
 from wtx.model import Whisper
 from wtx.options import DecodingOptions
-from wtx.quantize import Fp16Linear, install_linears
+from wtx.quantize import Fp16Linear, Int8Linear, install_linears
 from wtx.segments import WindowResult, split_segments
 
 
@@ -141,7 +141,7 @@ class BatchDecoder:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
         self.model.decoder.projection = self.projection
         install_linears(self.model.decoder, self.linears)
-        self.model.decoder.rows_apart = self.linears is not None and isinstance(self.projection, Fp16Linear)
+        self.model.decoder.rows_apart = self.linears is not None and isinstance(self.projection, (Fp16Linear, Int8Linear))
         if self.loop is None or not caches_fit:
             self.model.setup_caches(*shape)
             if self.group > 1:

@@ -82,14 +82,14 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
 
 def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False) -> str | None:
     """How the decoder's weights run (wtx.quantize): "fp16" (the linear layers and the logit
-    projection with fp16 weights, float32 sums), "int8" (the logit projection in int8) or None
-    (the model's dtype). "auto" (or None): "fp16" on a CPU in float32, eager; "fp16" or
-    "int8": asked for, and an error where it cannot run; "none": never.
+    projection with fp16 weights, float32 sums), "int8" (the logit projection in int8, the
+    linear layers in fp16) or None (the model's dtype). "auto" (or None): "fp16" on a CPU in
+    float32, eager; "fp16" or "int8": asked for, and an error where it cannot run; "none": never.
 
     Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within
-    float32's error of float64 at the speed of one int8 matrix, which is off by up to 1.2 in a
-    logit and measured less accurate with beam search (docs/benchmarks.md). A row's bits are its
-    own in both, so one call takes all of a step's live rows."""
+    float32's error of float64. int8 is off by up to 1.2 in a logit; on a CPU with VNNI its
+    logits take 8-bit rows, 2.3x faster than fp16's for 40 rows (docs/benchmarks.md for the text
+    it gives). A row's bits are its own in both, so one call takes all of a step's live rows."""
     runs = device.type == "cpu" and dtype == torch.float32 and not compile
     if quantize in (None, "auto"):
         return "fp16" if runs else None
@@ -142,7 +142,7 @@ class Engine:
         # this engine's own: a model shared with other engines is left as it was
         projection = {"fp16": fp16_projection, "int8": int8_projection}.get(self.quantized)
         self.batch.projection = projection(model) if projection else None
-        self.batch.linears = fp16_linears(model) if self.quantized == "fp16" else None
+        self.batch.linears = fp16_linears(model) if self.quantized in ("fp16", "int8") else None
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None
