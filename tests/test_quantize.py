@@ -173,3 +173,43 @@ def test_engines_that_share_a_model_each_keep_their_own_logits():
     assert isinstance(model.decoder.blocks[0].mlp[0], Fp16Linear)
     assert plain.decode_batch(window)[0].tokens == before
     assert type(model.decoder.blocks[0].mlp[0]) is torch.nn.Linear and model.decoder.projection is None
+
+
+def test_int8_keeps_the_cross_attention_in_bf16_beside_a_bf16_encoder_only():
+    from wtx.engine import pick_cross_dtype
+
+    f32, bf16 = torch.float32, torch.bfloat16
+    assert pick_cross_dtype("int8", bf16, f32) == bf16
+    assert pick_cross_dtype("int8", f32, f32) == f32  # --dtype fp32, or no native bf16
+    assert pick_cross_dtype("fp16", bf16, f32) == f32  # the default stays exact
+    assert pick_cross_dtype(None, torch.float16, torch.float16) == torch.float16
+
+
+@pytest.mark.slow
+def test_bf16_cross_attention_gives_a_window_the_same_tokens_in_any_batch():
+    """With bf16 keys and values a window's tokens still depend on nothing else in its batch:
+    alone, or beside other windows, one of which ends early (live rows), at beam 5 and greedy."""
+    from dataclasses import replace
+
+    from tests.conftest import shared_file
+    from wtx.audio import fixed_windows, stream_samples
+    from wtx.engine import Engine, EngineOptions
+    from wtx.options import DecodingOptions
+
+    path = shared_file("tts/copperfield_ch01_slt.mp3")
+    windows = [w for _, w in zip(range(3), fixed_windows(stream_samples(str(path))))]
+    samples = windows[1].samples.copy()
+    samples[64000:] = 0.0  # 4 s of speech, then silence: ends long before the others
+    windows[1] = replace(windows[1], samples=samples, duration=4.0)
+    tokens = {}
+    for beam in (5, 1):
+        options = EngineOptions(model="tiny.en", device="cpu", quantize="int8", batch_size=4,
+                                decoding=DecodingOptions(beam_size=beam, without_timestamps=True))  # fmt: skip
+        engine = Engine(options)
+        if engine.batch.cross_dtype != torch.bfloat16:
+            pytest.skip("this CPU computes bf16 emulated: the cross-attention stays float32")
+        together = engine.decode_batch(windows)
+        alone = [engine.decode_batch([w])[0] for w in windows]
+        assert [r.tokens for r in together] == [r.tokens for r in alone]
+        tokens[beam] = [r.tokens for r in together]
+    assert len(tokens[1][0]) > 60 and len(tokens[1][1]) < 30  # real speech was decoded

@@ -63,6 +63,7 @@ class BatchDecoder:
         self.loop: DecodeLoop | GroupLoop | None = None
         self.encoder = model.encoder  # set by the compiled runner
         self.encoder_dtype = model.encoder.conv1.weight.dtype  # bf16 on some CPUs (engine.pick_encoder_dtype)
+        self.cross_dtype = dtype  # the cross-attention K/V's: bf16 on some CPUs (engine.pick_cross_dtype)
         self._silence: list | None = None  # the cross-attention K/V of an all-zero window (eager CPU)
         self.projection: torch.nn.Module | None = None  # the logits' (fp16 or int8: wtx.quantize); None: the embedding's
         self.linears: dict | None = None  # the decoder blocks' linear layers in fp16 (wtx.quantize); None: the checkpoint's
@@ -135,8 +136,8 @@ class BatchDecoder:
     def ensure_loop(self) -> DecodeLoop | GroupLoop:
         """The decode loop and the model's caches, allocated for this decoder's batch size, and its logit projection."""
         # another decoder may share the model and have reallocated its caches for other shapes
-        shape = (self.batch_size, self.n_slots, self.group)
-        caches_fit = (self.model.batch_size, self.model.n_slots, self.model.group) == shape
+        shape = (self.batch_size, self.n_slots, self.group, self.cross_dtype)
+        caches_fit = (self.model.batch_size, self.model.n_slots, self.model.group, self.model.cross_dtype) == shape
         if self.owns_caches and not caches_fit:
             raise RuntimeError("another engine reallocated this compiled engine's caches: give each engine its own model")
         self.model.decoder.projection = self.projection

@@ -31,7 +31,7 @@ from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
 
 __all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "native_bf16", "pick_device", "pick_dtype",
-           "pick_encoder_dtype", "pick_quantize"]
+           "pick_cross_dtype", "pick_encoder_dtype", "pick_quantize"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
@@ -78,6 +78,19 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
     natively (default: this one's)."""
     auto = dtype in (None, "auto") and device.type == "cpu" and model_dtype == torch.float32 and not compile
     return torch.bfloat16 if auto and (native_bf16() if native is None else native) else model_dtype
+
+
+def pick_cross_dtype(quantized: str | None, encoder_dtype: torch.dtype, dtype: torch.dtype) -> torch.dtype:
+    """The cross-attention keys and values' dtype: bf16 with int8 logits where the encoder runs
+    in bf16 (--dtype auto on a CPU that computes bf16 natively), else the model's.
+
+    A decode step reads every window's keys and values over its 1,500 audio frames in each layer:
+    for 8 windows at beam 5 on 2 cores (tiny.en, copperfield, text only), bf16 halved those bytes
+    and took the steps from 35.6 to 31.6 s, 29.1 s with int8 logits (docs/benchmarks.md). They
+    are rounded to bf16, so the text moves; with timestamp tokens it moved enough to decode more
+    windows again (measured slower), so it comes with the lossy --quantize int8 only."""
+    native = quantized == "int8" and encoder_dtype == torch.bfloat16 and dtype == torch.float32
+    return torch.bfloat16 if native else dtype
 
 
 def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False) -> str | None:
@@ -143,6 +156,7 @@ class Engine:
         projection = {"fp16": fp16_projection, "int8": int8_projection}.get(self.quantized)
         self.batch.projection = projection(model) if projection else None
         self.batch.linears = fp16_linears(model) if self.quantized in ("fp16", "int8") else None
+        self.batch.cross_dtype = pick_cross_dtype(self.quantized, self.batch.encoder_dtype, self.dtype)
         self.align = BatchAligner(self.batch)  # word timestamps for the batch just decoded
         self.sample_len = self.batch.sample_len
         self.compile_report: CompileReport | None = None

@@ -300,25 +300,26 @@ class CrossAttention(nn.Module):
 
     def forward(self, x: Tensor, live: LiveWindows | None = None) -> Tensor:
         # x: [B * G, T, D], G rows (beams or samples) per window sharing its audio's keys and values
-        q = split_heads(self.query(x), self.n_head)
+        # queries in the keys' dtype (bf16 K/V on some CPUs: engine.pick_cross_dtype), the result in x's
+        q = split_heads(self.query(x), self.n_head).to(self.cross_kv.k.dtype)
         k, v = self.cross_kv.k, self.cross_kv.v
         if live is None:
-            return self.out(merge_heads(group_attention(q, k, v)))
+            return self.out(merge_heads(group_attention(q, k, v).to(x.dtype)))
         if live.compact:  # x holds the live rows only
             a = torch.empty_like(q)
             for windows, _, at in live.compact_runs():
                 a[at] = group_attention(q[at], k[windows], v[windows], by_row=True)
-            return self.out(merge_heads(a))
+            return self.out(merge_heads(a.to(x.dtype)))
         a = q.new_zeros(q.shape)
         for windows, rows in live.run_rows():
             a[rows] = group_attention(q[rows], k[windows], v[windows], by_row=True)
-        return self.out(merge_heads(a))
+        return self.out(merge_heads(a.to(x.dtype)))
 
     def qk(self, x: Tensor, heads: Tensor) -> Tensor:
         """The attention logits of `heads` [h] over the audio, [B, h, T, n_audio_ctx] in float32,
         scaled as openai-whisper computes them (one row per window: word alignment)."""
-        q = split_heads(self.query(x), self.n_head)[:, heads]
         k = self.cross_kv.k[:, heads]
+        q = split_heads(self.query(x), self.n_head)[:, heads].to(k.dtype)
         scale = q.shape[-1] ** -0.25
         return ((q * scale) @ (k * scale).transpose(-1, -2)).float()
 
@@ -512,6 +513,7 @@ class Whisper(nn.Module):
         self.batch_size = 0
         self.n_slots = 0
         self.group = 1
+        self.cross_dtype: torch.dtype | None = None
         self.alignment_heads = default_alignment_heads(dims)  # load_model sets the checkpoint's
 
     @property
@@ -522,12 +524,14 @@ class Whisper(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.decoder.token_embedding.weight.dtype
 
-    def setup_caches(self, batch_size: int, n_slots: int, group: int = 1) -> None:
+    def setup_caches(self, batch_size: int, n_slots: int, group: int = 1, cross_dtype: torch.dtype | None = None) -> None:
         """Preallocate self- and cross-attention caches for `batch_size` windows (outside any graph).
 
         n_slots: self-attention cache length, the longest prefix plus the tokens sampled after it;
-        group: decoder rows per window (beams or samples), which share its cross-attention K/V."""
-        if (batch_size, n_slots, group) == (self.batch_size, self.n_slots, self.group):
+        group: decoder rows per window (beams or samples), which share its cross-attention K/V;
+        cross_dtype: the cross-attention K/V's dtype (default: the model's)."""
+        cross_dtype = cross_dtype or self.dtype
+        if (batch_size, n_slots, group, cross_dtype) == (self.batch_size, self.n_slots, self.group, self.cross_dtype):
             return
         d = self.dims
         head_dim = d.n_text_state // d.n_text_head
@@ -536,9 +540,10 @@ class Whisper(nn.Module):
                 batch_size * group, d.n_text_head, n_slots, head_dim, self.dtype, self.device
             )
             block.cross_attn.cross_kv = CrossKV(
-                batch_size, d.n_text_head, d.n_audio_ctx, head_dim, self.dtype, self.device
+                batch_size, d.n_text_head, d.n_audio_ctx, head_dim, cross_dtype, self.device
             )
         self.batch_size = batch_size
+        self.cross_dtype = cross_dtype
         self.n_slots = n_slots
         self.group = group
 
