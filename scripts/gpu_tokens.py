@@ -8,7 +8,7 @@ change on a GPU machine that has neither ffmpeg nor Whisper's weights.
 Builds a model of tiny.en's shapes (or --dims of another) with seeded random weights, 3 windows
 of seeded noise (the last one 11 s, padded), and decodes them with eager launches, CUDA graphs of
 the eager kernels and Inductor (`--compile`), at beam 1 and beam 5, greedy and with the fallback
-temperatures [0, 0.6, 1.0] (sampling). Prints whether CUDA graphs give the eager tokens (they
+temperatures [0, 0.6, 1.0] (sampling); text only with --without-timestamps. Prints whether CUDA graphs give the eager tokens (they
 must) and whether Inductor does (its own bits: on random weights near-ties can part); with
 --against, whether every token list equals an earlier run's (the code before a change).
 The JSON keeps every token list.
@@ -58,6 +58,7 @@ def main() -> int:
     parser.add_argument("--sample-len", type=int, default=64, help="tokens per window at most")
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument("--against", type=Path, help="an earlier run's JSON: are the tokens the same?")
+    parser.add_argument("--without-timestamps", action="store_true", help="decode text only (--without-timestamps)")
     args = parser.parse_args()
 
     import torch
@@ -74,7 +75,8 @@ def main() -> int:
     windows = noise_windows()
     runs = {}
     for beam in (1, 5):
-        decoding = DecodingOptions(beam_size=beam, best_of=beam, sample_len=args.sample_len)
+        text_only = {"without_timestamps": True} if args.without_timestamps else {}  # (code before the option: not given)
+        decoding = DecodingOptions(beam_size=beam, best_of=beam, sample_len=args.sample_len, **text_only)
         options = EngineOptions(model=str(checkpoint), device="cuda", batch_size=4, strict=True,
                                 condition_on_previous_text=False, decoding=decoding)  # fmt: skip
         started = time.perf_counter()
@@ -89,7 +91,8 @@ def main() -> int:
                          "compiled_equal_eager": [a == b for a, b in zip(tokens["compiled"], tokens["eager"])]}  # fmt: skip
             print(f"{key}: CUDA graphs == eager {runs[key]['graphs_equal_eager']}, "
                   f"compiled == eager per window {runs[key]['compiled_equal_eager']}")  # fmt: skip
-    report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "dims": args.dims, "runs": runs}
+    report = {"torch": torch.__version__, "device": torch.cuda.get_device_name(), "dims": args.dims,
+              "without_timestamps": args.without_timestamps, "runs": runs}  # fmt: skip
     args.json.write_text(json.dumps(report, indent=1))
     workdir.cleanup()
     ok = all(run["graphs_equal_eager"] for run in runs.values())
