@@ -169,8 +169,9 @@ def test_rules_without_timestamps_match_openai_whisper(tokenizer, case):
         f.apply(expected, tokens)
 
     filters = LogitFilters(tokenizer, n_vocab, DecodingOptions(without_timestamps=True))
-    last, penult, max_ts = (torch.tensor([h[-k] if len(h) >= k else 0 for h in histories]) for k in (1, 2, 3))
-    got, logprobs = filters.filtered(logits.clone(), torch.tensor(length), last, penult, max_ts * 0)
+    last, penult = (torch.tensor([h[-k] if len(h) >= k else 0 for h in histories]) for k in (1, 2))
+    no_timestamp = torch.zeros(batch, dtype=torch.long)
+    got, logprobs = filters.filtered(logits.clone(), torch.tensor(length), last, penult, no_timestamp)
     assert torch.equal(got, expected)
     assert torch.equal(logprobs, torch.log_softmax(got, dim=-1))
     assert not torch.isinf(got[:, tokenizer.timestamp_begin :]).any()

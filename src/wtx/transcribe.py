@@ -277,8 +277,10 @@ class _Backend:
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
     """What the status line adds after the dtype: a bf16 encoder, the decoder's fp16 weights, int8
     logits, bf16 cross-attention keys and values (engine.pick_cross_dtype)."""
+    from wtx.engine import pick_cross_dtype  # torch is loaded by now
+
     packed = {"fp16": ", fp16 decoder weights", "int8": ", int8 logits"}.get(quantized, "")
-    if quantized == "int8" and str(encoder_dtype) == "torch.bfloat16" and str(dtype) == "torch.float32":
+    if pick_cross_dtype(quantized, encoder_dtype, dtype) != dtype:
         packed += ", bf16 cross-attention"
     return (", bf16 encoder" if encoder_dtype != dtype else "") + packed
 
