@@ -17,6 +17,8 @@ LARGE = ModelDimensions(n_mels=128, n_audio_ctx=1500, n_audio_state=1280, n_audi
 def test_cpu_takes_the_measured_cpu_batch():
     assert autobatch.pick_batch_size(TINY, torch.device("cpu"), torch.float32) == autobatch.CPU_BATCH
     assert autobatch.pick_batch_size(TINY, torch.device("cpu"), torch.float32, group=5) == autobatch.CPU_GROUPS
+    for group in (1, 5):  # windows alone, text only: any window fills any row
+        assert autobatch.pick_batch_size(TINY, torch.device("cpu"), torch.float32, group, alone=True) == autobatch.CPU_ALONE
 
 
 def test_cuda_takes_the_measured_batch_and_shrinks_it_to_fit(monkeypatch):

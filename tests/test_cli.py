@@ -137,12 +137,17 @@ def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
     greedy = run_wtx("transcribe", tone, "--beam-size", "1", "--device", "cpu", "-o", str(tmp_path / "greedy"))
     assert greedy.returncode == 0, greedy.stderr.decode()[-2000:]
     from wtx.engine import native_bf16
+    from wtx.quantize import has_vnni
 
     encoder = ", bf16 encoder" if native_bf16() else ""  # --dtype auto on a CPU with native bf16
-    assert f"(float32{encoder}, fp16 decoder weights)" in greedy.stderr.decode()
-    beams = run_wtx("transcribe", tone, "--quantize", "int8", "--device", "cpu", "-o", str(tmp_path / "beams"))
     cross = ", bf16 cross-attention" if native_bf16() else ""  # with int8 beside a bf16 encoder
+    auto = f"int8 logits{cross}" if has_vnni() else "fp16 decoder weights"  # --quantize auto
+    assert f"(float32{encoder}, {auto}), text only, each window alone, batch 24 (auto)" in greedy.stderr.decode()
+    beams = run_wtx("transcribe", tone, "--quantize", "int8", "--device", "cpu", "-o", str(tmp_path / "beams"))
     assert beams.returncode == 0 and f"(float32{encoder}, int8 logits{cross}), " in beams.stderr.decode()  # asked for
+    fp16 = run_wtx("transcribe", tone, "--quantize", "fp16", "--timestamps", "--device", "cpu", "-o", str(tmp_path / "fp16"))
+    assert fp16.returncode == 0
+    assert f"(float32{encoder}, fp16 decoder weights), timestamps, each window prompted with the text before it, batch 8 (auto)" in fp16.stderr.decode()
     plain = run_wtx("transcribe", tone, "--quantize", "none", "--device", "cpu", "-o", str(tmp_path / "plain"))
     assert plain.returncode == 0 and f"(float32{encoder}), " in plain.stderr.decode()
     refused = run_wtx("transcribe", tone, "--quantize", "int8", "--dtype", "bf16", "--device", "cpu", "-o", str(tmp_path))

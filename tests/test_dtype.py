@@ -1,10 +1,14 @@
-"""--dtype auto (a CPU's bf16 encoder), and the CPU's bf16 attention path."""
+"""--dtype auto (a CPU's bf16 encoder), the CPU's bf16 attention path, and the automatic modes
+(text only, each window alone, on a CPU)."""
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 from wtx import engine
-from wtx.engine import native_bf16, pick_dtype, pick_encoder_dtype
+from wtx.engine import native_bf16, pick_condition, pick_dtype, pick_encoder_dtype, pick_text_only, resolve_modes
+from wtx.options import DecodingOptions, EngineOptions
 
 
 def test_auto_is_fp16_on_cuda_and_fp32_on_a_cpu():
@@ -90,10 +94,32 @@ def test_a_bf16_encoder_feeds_the_float32_decoder(monkeypatch):
     decoding = DecodingOptions(beam_size=1, sample_len=8)
     runs = {}
     for dtype in ("auto", "fp32"):
-        e = Engine(EngineOptions(model="random", device="cpu", dtype=dtype, batch_size=2, decoding=decoding))
+        e = Engine(EngineOptions(model="random", device="cpu", dtype=dtype, quantize="fp16", batch_size=2, decoding=decoding))
         assert e.dtype == torch.float32
         assert e.encoder_dtype == (torch.bfloat16 if dtype == "auto" else torch.float32)
         runs[dtype] = e.decode_batch([window])[0].tokens
         features = e.model.decoder.blocks[0].cross_attn.cross_kv.k
         assert features.dtype == torch.float32
     assert runs["auto"] == runs["fp32"] and len(runs["fp32"]) > 0
+
+
+def test_auto_modes_are_text_only_alone_on_a_cpu_and_timestamps_prompted_elsewhere():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    auto = EngineOptions(decoding=DecodingOptions(without_timestamps=None), condition_on_previous_text=None)
+    assert not auto.windows_alone  # undecided until a device resolves it
+    on_cpu, on_cuda = resolve_modes(auto, cpu), resolve_modes(auto, cuda)
+    assert on_cpu.decoding.without_timestamps is True and on_cpu.condition_on_previous_text is False
+    assert on_cpu.windows_alone
+    assert on_cuda.decoding.without_timestamps is False and on_cuda.condition_on_previous_text is True
+    assert not on_cuda.windows_alone
+    # what is asked for stays, and prompts follow the mode unless asked for
+    asked = replace(auto, decoding=DecodingOptions(without_timestamps=False))
+    assert resolve_modes(asked, cpu).decoding.without_timestamps is False
+    assert resolve_modes(asked, cpu).condition_on_previous_text is True
+    prompted = replace(auto, condition_on_previous_text=True)
+    assert resolve_modes(prompted, cpu).decoding.without_timestamps is True
+    assert resolve_modes(prompted, cpu).condition_on_previous_text is True
+    assert not resolve_modes(prompted, cpu).windows_alone
+    assert resolve_modes(EngineOptions(), cpu) == EngineOptions()  # explicit defaults: timestamps, prompted
+    assert (pick_text_only(None, cpu), pick_text_only(None, cuda), pick_text_only(False, cpu)) == (True, False, False)
+    assert (pick_condition(None, True), pick_condition(None, False), pick_condition(False, False)) == (False, True, False)

@@ -68,10 +68,13 @@ def test_a_rows_result_does_not_depend_on_the_other_rows(two_rows):
     assert torch.equal(alone, beside_positive)
 
 
-def test_the_default_packs_fp16_weights_on_a_cpu_in_float32_only():
+def test_the_default_packs_int8_logits_with_vnni_and_fp16_weights_without_on_a_cpu_in_float32_only():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert pick_quantize("auto", cpu, torch.float32) == "fp16"
-    assert pick_quantize(None, cpu, torch.float32) == "fp16"
+    assert pick_quantize("auto", cpu, torch.float32, vnni=False) == "fp16"
+    assert pick_quantize(None, cpu, torch.float32, vnni=False) == "fp16"
+    assert pick_quantize("auto", cpu, torch.float32, vnni=True) == "int8"
+    assert pick_quantize(None, cpu, torch.float32) == ("int8" if has_vnni() else "fp16")  # this CPU's
+    assert pick_quantize("fp16", cpu, torch.float32, vnni=True) == "fp16"  # asked for
     assert pick_quantize("int8", cpu, torch.float32) == "int8"  # asked for
     assert not pick_quantize("auto", cpu, torch.bfloat16)
     assert not pick_quantize("auto", cuda, torch.float16)

@@ -97,23 +97,28 @@ def _chain(first, rest):
 def load_model(
     name: str = "tiny.en", device: str | None = None, dtype: str | None = None, compile: bool = False,
     quantize: str | None = None, batch_size: int | None = None, language: str | None = None, task: str = "transcribe",
-    condition_on_previous_text: bool = True, vad: bool = True, strict: bool = False, beam_size: int = 5,
+    condition_on_previous_text: bool | None = None, vad: bool = True, strict: bool = False, beam_size: int = 5,
     best_of: int | None = None, patience: float = 1.0, length_penalty: float | None = None,
-    without_timestamps: bool = False,
+    without_timestamps: bool | None = None,
 ) -> Model:
     """Loads a model: "tiny.en" or "base" (bundled), an openai-whisper name found in
     ~/.cache/whisper, or a .pt path. batch_size=None picks the batch that measured fastest for
     the model on the device, within its free memory (on an H200 64 for tiny.en and base greedy,
-    32 with beam search; on a CPU 8); info.options says which.
+    32 with beam search; on a CPU 24 in text-only mode with each window alone, else 8);
+    info.options says which.
     compile=True compiles (or loads cached artifacts of) the encoder and decode step;
-    quantize: "auto" (None), "fp16", "int8" or "none", as the CLI's --quantize (auto: the
-    decoder's linear layers and logit projection with fp16 weights on a CPU in float32, eager);
+    quantize: "auto" (None), "fp16", "int8" or "none", as the CLI's --quantize (auto, on a CPU
+    in float32, eager: int8 logits where the CPU has VNNI, else the decoder's linear layers and
+    logit projection with fp16 weights);
     vad=True drops windows without speech (Silero VAD) before decoding.
     beam_size, best_of, patience and length_penalty are openai-whisper's (its CLI's defaults):
     beam search at temperature 0 (beam_size=1: greedy), best-of sampling at fallback temperatures
     (best_of=None: as many samples as beams). Every batch holds max(beam_size, best_of) decoder
     rows per window, so best_of above beam_size costs every window, not only the fallbacks.
-    without_timestamps=True decodes text only (openai-whisper's option): a window is one segment."""
+    without_timestamps=True decodes text only (openai-whisper's option): a window is one segment;
+    False decodes the timestamp tokens; None (auto): text only on a CPU, timestamps elsewhere.
+    condition_on_previous_text: prompt each window with the text before it; None (auto): with
+    timestamps only (engine.resolve_modes). info.options says what was picked."""
     from wtx.engine import Engine, EngineOptions
 
     options = EngineOptions(

@@ -12,6 +12,11 @@ against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512). Once a step took the li
 only (fp16 weights), 8 windows ran copperfield in 66.9 s against 77.9 s at 4 (in-process, the
 same text) and the sample in 6.3 to 6.9 s against 5.9 to 6.2 s: CPU_GROUPS is 8. Greedy, 16
 windows took 48.0 s against 42.3 s at 8.
+Windows decoded alone and text only (the CPU's default: engine.resolve_modes) keep every row
+busy whatever the file, and CPU_ALONE measured fastest: copperfield in-process at beam 5 with
+int8 logits, the decode steps took 29.1, 23.7, 21.4 and 24.0 s at 8, 16, 24 and 32 windows
+(the same text: each row is computed on its own), and whole processes 47.9, 42.1 and 40.7 s at
+8, 16 and 24 (2026-12-06, 2 cores of an AMD EPYC with AVX-512).
 """
 
 import torch
@@ -21,6 +26,7 @@ CUDA_UNMEASURED = 32
 CUDA_GROUPS = 32  # windows per batch with several rows each (beam search): 32 x 5 rows
 CPU_BATCH = 8
 CPU_GROUPS = 8  # windows per batch on a CPU with beam search: 8 x 5 rows
+CPU_ALONE = 24  # windows per batch on a CPU, text only, each window alone (any beam size)
 MEMORY_SHARE = 0.8  # of the device's free memory
 
 
@@ -34,10 +40,11 @@ def row_bytes(dims, dtype: torch.dtype, group: int = 1) -> int:
     return 2 * (size * (caches + encoder) + group * 4 * 2 * dims.n_vocab)
 
 
-def pick_batch_size(dims, device: torch.device, dtype: torch.dtype, group: int = 1) -> int:
-    """The automatic batch size (windows) for a model on a device, with `group` rows per window."""
+def pick_batch_size(dims, device: torch.device, dtype: torch.dtype, group: int = 1, alone: bool = False) -> int:
+    """The automatic batch size (windows) for a model on a device, with `group` rows per window;
+    `alone`: text only, every window on its own (EngineOptions.windows_alone)."""
     if device.type != "cuda":
-        return CPU_BATCH if group == 1 else CPU_GROUPS
+        return CPU_ALONE if alone else CPU_BATCH if group == 1 else CPU_GROUPS
     batch = MEASURED_CUDA.get((dims.n_text_state, dims.n_text_layer), CUDA_UNMEASURED) if group == 1 else CUDA_GROUPS
     free, _ = torch.cuda.mem_get_info(device)
     while batch > 1 and batch * row_bytes(dims, dtype, group) > MEMORY_SHARE * free:

@@ -73,6 +73,9 @@ class Resolved:
     multilingual: bool
     vad: bool
     native_bf16: bool = False  # the worker's CPU computes bf16 natively (engine.pick_encoder_dtype)
+    vnni: bool = False  # the worker's CPU has VNNI (engine.pick_quantize)
+    without_timestamps: bool = False  # text only (engine.pick_text_only)
+    condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
 
 
 def connect(options: ClusterOptions, workers_hint: int = 1):
@@ -110,18 +113,20 @@ def cluster_device(ray, device: str | None) -> str:
 def resolve_here(engine: EngineOptions) -> Resolved:
     """The automatic options as this machine resolves them (with `--ray local` it is the cluster)."""
     from wtx.autobatch import pick_batch_size
-    from wtx.engine import native_bf16, pick_device, pick_dtype
+    from wtx.engine import native_bf16, pick_device, pick_dtype, resolve_modes
     from wtx.model import ModelDimensions
+    from wtx.quantize import has_vnni
     from wtx.vad import model_file
     from wtx.weights import load_checkpoint
 
     dims = ModelDimensions(**load_checkpoint(engine.model)["dims"])
     device = pick_device(engine.device)
     dtype = pick_dtype(engine.dtype, device)
-    batch = engine.batch_size or pick_batch_size(dims, device, dtype, engine.decoding.group)
+    engine = resolve_modes(engine, device)
+    batch = engine.batch_size or pick_batch_size(dims, device, dtype, engine.decoding.group, engine.windows_alone)
     max_prompt = dims.n_text_ctx // 2 - 1 if engine.condition_on_previous_text else 0
     return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None,
-                    native_bf16())  # fmt: skip
+                    native_bf16(), has_vnni(), engine.decoding.without_timestamps, engine.condition_on_previous_text)  # fmt: skip
 
 
 def probe(ray, engine: EngineOptions) -> Resolved:

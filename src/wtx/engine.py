@@ -3,11 +3,13 @@
 It never prints. Work is reported by returning results window by window; callers time and
 display them.
 
-Like openai-whisper's transcribe(), each window is conditioned on the text before it (a
-<|startofprev|> prompt). Batch rows are streams of consecutive windows: row r decodes its
-windows one after another, each prompted with the text its previous one produced, while the
-other rows do the same for other stretches of the recording, or for other recordings
-(wtx.streams).
+By default a CPU decodes text only, each window alone, as faster-whisper's batched pipeline
+(resolve_modes): every row of a batch takes any window. With Whisper's timestamp tokens (the
+default on a GPU), each window is conditioned on the text before it, as openai-whisper's
+transcribe() does (a <|startofprev|> prompt): batch rows are streams of consecutive windows,
+row r decoding its windows one after another, each prompted with the text its previous one
+produced, while the other rows do the same for other stretches of the recording, or for other
+recordings (wtx.streams).
 """
 
 from collections.abc import Iterable, Iterator
@@ -25,13 +27,13 @@ from wtx.compiled import CompileError, CompileReport, CompiledRunner
 from wtx.decode import get_tokenizer
 from wtx.model import Whisper, load_model
 from wtx.options import EngineOptions
-from wtx.quantize import fp16_linears, fp16_projection, int8_projection
+from wtx.quantize import fp16_linears, fp16_projection, has_vnni, int8_projection
 from wtx.segments import WindowResult
 from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
 
 __all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "native_bf16", "pick_device", "pick_dtype",
-           "pick_cross_dtype", "pick_encoder_dtype", "pick_quantize"]
+           "pick_condition", "pick_cross_dtype", "pick_encoder_dtype", "pick_quantize", "pick_text_only", "resolve_modes"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
@@ -94,11 +96,39 @@ def pick_cross_dtype(quantized: str | None, encoder_dtype: torch.dtype, dtype: t
     return torch.bfloat16 if native else dtype
 
 
-def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False) -> str | None:
+def pick_text_only(without_timestamps: bool | None, device: torch.device) -> bool:
+    """Whether windows are decoded as text only (openai-whisper's without_timestamps). None
+    (auto): text only on a CPU, Whisper's timestamp tokens elsewhere.
+
+    Text only, each window is one segment: no window tail is decoded again and a batch takes
+    fewer steps. On 2 cores (tiny.en, copperfield, 26:09, beam 5) it took the whole process from
+    85.7 s to 46.7 s with int8 logits, and over five long files its WER was lower, 8.62% against
+    9.21% (docs/benchmarks.md). On a GPU, where a step costs little, the timestamp tokens stay."""
+    return device.type == "cpu" if without_timestamps is None else without_timestamps
+
+
+def pick_condition(condition: bool | None, text_only: bool) -> bool:
+    """Whether a window is prompted with the previous window's text. None (auto): with
+    timestamp tokens, as openai-whisper's transcribe(); text only, each window alone, as
+    faster-whisper's batched pipeline: on copperfield, greedy and text only, prompts took the
+    WER from 11.45% to 12.40% (docs/benchmarks.md), and every row of a batch can take any window."""
+    return not text_only if condition is None else condition
+
+
+def resolve_modes(options: EngineOptions, device: torch.device) -> EngineOptions:
+    """The options with text only and prompts decided for `device` (pick_text_only, pick_condition)."""
+    text_only = pick_text_only(options.decoding.without_timestamps, device)
+    return replace(options, decoding=replace(options.decoding, without_timestamps=text_only),
+                   condition_on_previous_text=pick_condition(options.condition_on_previous_text, text_only))  # fmt: skip
+
+
+def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype, compile: bool = False,
+                  vnni: bool | None = None) -> str | None:  # fmt: skip
     """How the decoder's weights run (wtx.quantize): "fp16" (the linear layers and the logit
     projection with fp16 weights, float32 sums), "int8" (the logit projection in int8, the
-    linear layers in fp16) or None (the model's dtype). "auto" (or None): "fp16" on a CPU in
-    float32, eager; "fp16" or "int8": asked for, and an error where it cannot run; "none": never.
+    linear layers in fp16) or None (the model's dtype). "auto" (or None) on a CPU in float32,
+    eager: "int8" where the CPU has VNNI (`vnni`, None: this CPU's), else "fp16"; elsewhere None.
+    "fp16" or "int8": asked for, and an error where it cannot run; "none": never.
 
     Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within
     float32's error of float64. int8 is off by up to 1.2 in a logit; on a CPU with VNNI its
@@ -106,7 +136,9 @@ def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype
     it gives). A row's bits are its own in both, so one call takes all of a step's live rows."""
     runs = device.type == "cpu" and dtype == torch.float32 and not compile
     if quantize in (None, "auto"):
-        return "fp16" if runs else None
+        if not runs:
+            return None
+        return "int8" if (has_vnni() if vnni is None else vnni) else "fp16"
     if quantize in ("fp16", "int8") and not runs:
         where = f"{device.type} in {str(dtype).removeprefix('torch.')}{', compiled' if compile else ''}"
         raise ValueError(f"--quantize {quantize} runs on a CPU in fp32, eager; not on {where}")
@@ -128,6 +160,7 @@ class Engine:
         """on_status(line), if given, hears what compilation is about to do (wtx.compiled)."""
         self.options = options
         self.device = pick_device(options.device)
+        options = self.options = resolve_modes(options, self.device)
         # a given model runs in its own dtype unless one is asked for
         self.dtype = model.dtype if model is not None and options.dtype in (None, "auto") else pick_dtype(options.dtype, self.device)
         if self.device.type == "cuda":
@@ -143,7 +176,7 @@ class Engine:
         self.model = model
         self.dims = model.dims
         if options.batch_size is None:  # resolved once: the options say what ran
-            windows = pick_batch_size(self.dims, self.device, self.dtype, options.decoding.group)
+            windows = pick_batch_size(self.dims, self.device, self.dtype, options.decoding.group, options.windows_alone)
             options = self.options = replace(options, batch_size=windows)
         decoding = options.decoding
         if not self.dims.is_multilingual and decoding.language not in (None, "en"):

@@ -19,7 +19,7 @@ class DecodingOptions:
     best_of: int = 1  # at a fallback temperature: samples drawn per window, the best one kept
     patience: float = 1.0  # beam search ends once round(beam_size * patience) hypotheses have ended
     length_penalty: float | None = None  # None: rank hypotheses by log-probability / length; else Google NMT's penalty
-    without_timestamps: bool = False  # text only (<|notimestamps|>, no timestamp rules): a window is one segment
+    without_timestamps: bool | None = False  # text only (<|notimestamps|>, no timestamp rules): a window is one segment; None: auto (engine.pick_text_only)
 
     def __post_init__(self):
         if self.beam_size < 1 or self.best_of < 1:
@@ -43,7 +43,7 @@ class EngineOptions:
     model: str = "tiny.en"
     device: str | None = None  # None: cuda if available, else cpu
     dtype: str | None = None  # None or "auto": fp16 on cuda, fp32 on cpu
-    quantize: str | None = None  # None or "auto": the decoder's fp16 weights on a CPU in fp32, eager (engine.pick_quantize); "fp16", "int8" or "none"
+    quantize: str | None = None  # None or "auto": on a CPU in fp32, eager, int8 logits with VNNI, else fp16 weights (engine.pick_quantize); "fp16", "int8" or "none"
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     check_every: int = 8  # decode steps between all-rows-finished checks
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
@@ -52,5 +52,10 @@ class EngineOptions:
     cuda_graph: bool = True  # on CUDA, replay the decode steps as CUDA graphs: Inductor's with compile, else the eager kernels'
     step_backend: str = "inductor"  # "inductor", or "eager": CUDA-graph the eager kernels only
     seek_tails: bool = True  # re-decode audio a window left undecoded, as transcribe() seeks
-    condition_on_previous_text: bool = True  # prompt each window with its stream's previous text
+    condition_on_previous_text: bool | None = True  # prompt each window with its stream's previous text; None: auto (engine.pick_condition)
     stream_windows: int = 8  # at most this many consecutive windows per batch row
+
+    @property
+    def windows_alone(self) -> bool:
+        """Text only and without prompts: every window is decoded on its own (False while auto)."""
+        return self.decoding.without_timestamps is True and self.condition_on_previous_text is False

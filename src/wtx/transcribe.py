@@ -74,14 +74,14 @@ class Job:
     batch_size: int | None = None  # None: automatic (wtx.autobatch)
     device: str | None = None
     dtype: str | None = None
-    quantize: str | None = None  # None or "auto": the decoder's fp16 weights on a CPU in fp32, eager (engine.pick_quantize)
+    quantize: str | None = None  # None or "auto": int8 logits or fp16 weights on a CPU in fp32, eager (engine.pick_quantize)
     threads: int | None = None
     quiet: bool = False
     compile: bool = False
     strict: bool = False
     compare_eager: bool = False
     split: str = "silence"
-    condition: bool = True  # prompt each window with the previous window's text
+    condition: bool | None = None  # prompt each window with the previous window's text; None: auto (engine.pick_condition)
     skip_existing: bool = False
     resume: bool = True
     vad: bool = True  # drop windows without speech (Silero VAD) before decoding
@@ -90,7 +90,7 @@ class Job:
     patience: float = 1.0
     length_penalty: float | None = None
     word_timestamps: bool = False
-    without_timestamps: bool = False  # text only: a window is one segment
+    without_timestamps: bool | None = None  # text only: a window is one segment; None: auto (engine.pick_text_only)
     subtitles: SubtitleOptions = SubtitleOptions()
     ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
     cuda_graphs: bool = True  # on CUDA, replay the decode steps as CUDA graphs (with or without compile)
@@ -272,6 +272,8 @@ class _Backend:
     stdout: object = None  # where data goes (None: sys.stdout)
     quantized: str | None = None  # the decoder's packed weights: "fp16" or "int8" (wtx.quantize)
     encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
+    without_timestamps: bool = False  # text only, as resolved for the device (engine.pick_text_only)
+    condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
 
 
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
@@ -283,6 +285,12 @@ def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
     if pick_cross_dtype(quantized, encoder_dtype, dtype) != dtype:
         packed += ", bf16 cross-attention"
     return (", bf16 encoder" if encoder_dtype != dtype else "") + packed
+
+
+def _modes_note(without_timestamps: bool, condition: bool) -> str:
+    """What the status line says of the decoding mode (engine.resolve_modes)."""
+    text = "text only" if without_timestamps else "timestamps"
+    return f"{text}, {'each window prompted with the text before it' if condition else 'each window alone'}"
 
 
 def _status(line: str) -> None:
@@ -312,7 +320,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         status = f", {how[report.source]} {report.seconds:.1f} s" if report else ", eager"
         weights = _precision_note(engine.dtype, engine.encoder_dtype, engine.quantized)
         _status(f"model {job.model} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}{weights}), "
-                f"batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
+                f"{_modes_note(engine.options.decoding.without_timestamps, engine.options.condition_on_previous_text)}, batch {batch_size}{' (auto)' if job.batch_size is None else ''}{status}; "
                 f"ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
     detector = None
     if job.vad:
@@ -340,6 +348,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
         detector, stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
+        without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
     )  # fmt: skip
 
 
@@ -378,12 +387,13 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         _error(f"--ray: {job.model} is multilingual; give --language (language detection runs in a single process only)")
         return 2
     workers = job.ray.workers or (int(ray.cluster_resources().get("GPU", 0)) if device.startswith("cuda") else 1)
-    options = replace(options, batch_size=resolved.batch_size)
-    options = replace(options, compile=_compiles_on(resolved.device, job))
+    options = replace(options, batch_size=resolved.batch_size, compile=_compiles_on(resolved.device, job),
+                      decoding=replace(options.decoding, without_timestamps=resolved.without_timestamps),
+                      condition_on_previous_text=resolved.condition)  # fmt: skip
     dtype = getattr(torch, resolved.dtype.removeprefix("torch."))
     encoder_dtype = pick_encoder_dtype(options.dtype, torch.device(resolved.device), dtype, options.compile, resolved.native_bf16)
     try:
-        quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile)
+        quantized = pick_quantize(options.quantize, torch.device(resolved.device), dtype, options.compile, resolved.vnni)
     except ValueError as e:
         _error(str(e))
         return 1
@@ -399,7 +409,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     if not job.quiet:
         weights = _precision_note(dtype, encoder_dtype, quantized)
         _status(f"model {job.model} on {workers} Ray worker(s) ({resolved.device}, {resolved.dtype.removeprefix('torch.')}{weights}), "
-                f"batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
+                f"{_modes_note(resolved.without_timestamps, resolved.condition)}, batch {resolved.batch_size}{' (auto)' if job.batch_size is None else ''}"
                 f"{', compiled by the first worker of each node' if options.compile else ', eager'}; "
                 f"cluster ready in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
@@ -414,7 +424,8 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     graphs = resolved.device == "cuda" and options.cuda_graph
     steps = _steps_run_as("compiled" if options.compile else "graphs" if graphs else "eager")
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
-                    events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype))  # fmt: skip
+                    events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype),
+                    without_timestamps=resolved.without_timestamps, condition=resolved.condition)  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -457,12 +468,12 @@ def _open_files_for_every_journal() -> None:
 def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
                 readahead: ReadAhead) -> int:  # fmt: skip
     # everything that changes a window's text: a journal written under other options is not resumed
-    config = {"model": job.model, "split": job.split, "condition": job.condition, "batch_size": backend.batch_size,
+    config = {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
               "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps,
-              "without_timestamps": job.without_timestamps}  # fmt: skip
+              "without_timestamps": backend.without_timestamps}  # fmt: skip
     stock, engine = backend.stock, backend.engine
 
     total = sum(known) if len(known) == len(inputs) else None
@@ -701,7 +712,7 @@ def _eager_baseline(engine, stock, source: str, progress: TranscribeProgress, ke
     audio = 0.0
     for batch in batched(make_windows(stream_samples(source), split), engine.options.batch_size):
         stock_decode(stock, batch, len(batch), fp16=fp16, language=decoding.language or "en",
-                     length_penalty=decoding.length_penalty, **beam)
+                     length_penalty=decoding.length_penalty, without_timestamps=decoding.without_timestamps, **beam)
         seconds = sum(w.duration for w in batch)
         audio += seconds
         progress.advance(seconds, len(batch), key=key)
