@@ -6,11 +6,13 @@
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
 Configurations (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
-  silence    wtx's defaults: --split silence (windows end at the quietest pause), Silero VAD, beam 5
+  silence    wtx --timestamps --condition (a GPU's defaults): --split silence (windows end at the
+             quietest pause), Silero VAD, beam 5
   greedy     the same at --beam-size 1
-  unprompted wtx --split silence --no-condition (every window decoded without previous text), beam 5
-  fixed      wtx --split fixed (plain 30 s windows), beam 5
-  text-only  wtx --without-timestamps --no-condition (text only, each window alone), beam 5
+  unprompted wtx --timestamps --no-condition (every window decoded without previous text), beam 5
+  fixed      wtx --timestamps --condition --split fixed (plain 30 s windows), beam 5
+  text-only  wtx --without-timestamps --no-condition (text only, each window alone: a CPU's
+             defaults), beam 5
   text-only-greedy  the same at --beam-size 1
   plain      wtx's decode_batch on fixed 30 s windows, each alone, greedy: the same work as `decode`
   decode     stock whisper.decode() on the same fixed 30 s windows, greedy
@@ -337,10 +339,11 @@ def main() -> int:
         options = dict(device=args.device, dtype=dtype, batch_size=args.batch_size, quantize=args.quantize)
         weights = str(ct2_checkpoint(Path(model))) if Path(model).is_dir() else model
         text_only = dict(condition_on_previous_text=False, without_timestamps=True)
+        timestamps = dict(condition_on_previous_text=True, without_timestamps=False)  # whatever the device
         wanted = {WTX_MODEL.get(c, "prompted") for c in args.configs.split(",")} | {"prompted"}
-        loaders = {"prompted": lambda: wtx.load_model(weights, **options),
-                   "greedy": lambda: wtx.load_model(weights, **options, beam_size=1),
-                   "unprompted": lambda: wtx.load_model(weights, **options, condition_on_previous_text=False),
+        loaders = {"prompted": lambda: wtx.load_model(weights, **options, **timestamps),
+                   "greedy": lambda: wtx.load_model(weights, **options, **timestamps, beam_size=1),
+                   "unprompted": lambda: wtx.load_model(weights, **options, **(timestamps | {"condition_on_previous_text": False})),
                    "text-only": lambda: wtx.load_model(weights, **options, **text_only),
                    "text-only-greedy": lambda: wtx.load_model(weights, **options, **text_only, beam_size=1)}
         models = {name: load() for name, load in loaders.items() if name in wanted}

@@ -45,6 +45,30 @@ def test_fp16_weights_round_nothing_of_an_fp16_checkpoint():
     assert "fp16" in repr(layer)
 
 
+@pytest.mark.parametrize("two_rows", BOTH_KINDS)
+def test_rescored_int8_logits_are_exact_where_they_are_largest(two_rows):
+    """With `rescored`, each row's largest int8 logits are computed again from the fp16 weights:
+    on the bundled tiny.en projection the largest logits and their order are float32's (the
+    picks of greedy and beam search), the rest stay int8, and a row's bits are its own."""
+    from wtx.quantize import RESCORED
+    from wtx.weights import load_checkpoint
+
+    weight = load_checkpoint("tiny.en")["model_state_dict"]["decoder.token_embedding.weight"].float()
+    torch.manual_seed(0)
+    x = torch.nn.functional.layer_norm(torch.randn(24, 384) * 3, (384,))
+    exact = x @ weight.T
+    plain, rescored = Int8Linear(weight, two_rows=two_rows), Int8Linear(weight, two_rows=two_rows, rescored=RESCORED)
+    approx, got = plain(x), rescored(x)
+    top = exact.topk(6, dim=1)  # a beam of 5 takes its row's 6 best
+    assert torch.equal(got.topk(6, dim=1).indices, top.indices)
+    torch.testing.assert_close(got.gather(1, top.indices), top.values, rtol=0, atol=1e-4)
+    assert (approx.gather(1, top.indices) - top.values).abs().max().item() > 1e-2  # int8 alone is not exact
+    changed = (got != approx).sum(1)
+    assert changed.max().item() <= RESCORED and changed.min().item() > 0  # the rest stay int8
+    assert all(torch.equal(rescored(x[i : i + n]), got[i : i + n]) for n in (1, 3, 8) for i in (0, 5))
+    assert f"largest {RESCORED}" in repr(rescored)
+
+
 def test_fp16_linear_adds_its_bias():
     torch.manual_seed(0)
     linear = torch.nn.Linear(384, 1536)

@@ -20,8 +20,9 @@ QUANTIZE_HELP = ("auto, fp16, int8 or none: packed weights for the decoder on a 
                  "decoder's linear layers and logit projection (the token embedding, read whole at every "
                  "decode step) with fbgemm's fp16 weights and fp32 sums; Whisper's checkpoints are fp16, so "
                  "nothing is rounded (the logits 2.8x faster than fp32 for 8 rows on 2 cores). int8: the "
-                 "logit projection in int8 (a scale per token, activations quantised per row, off by up to 1.2 "
-                 "in a logit; 2.3x faster than fp16 at beam 5 on a CPU with VNNI), the linear layers in fp16, "
+                 "logit projection in int8 (a scale per token, activations quantised per row; 2.3x faster than "
+                 "fp16 at beam 5 on a CPU with VNNI), each row's 16 largest logits computed again from the fp16 "
+                 "weights (so the picks are ranked exactly), the linear layers in fp16, "
                  "and beside a bf16 encoder the cross-attention keys and values in bf16. "
                  "auto (the default): there, int8 on a CPU with VNNI, else fp16; none elsewhere.")
 BENCH_DTYPE_HELP = "fp32, fp16 or bf16 (default: fp16 on CUDA, fp32 on CPU, where stock openai-whisper runs fp32 only)."

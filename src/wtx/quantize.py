@@ -10,7 +10,10 @@ for tiny.en) whole, for a few rows; in float32 that is the largest part of a ste
   projection, the real rows of a transcription, the largest error against float64 is 3.2e-5
   (float32's: 1.8e-5). A row's bits do not depend on the rows beside it.
 - int8 (`Int8Linear`): weights in int8 with a scale per output channel, off by up to 1.2 in a
-  tiny.en logit. Activations are quantised per row (per token), so that a row's result never
+  tiny.en logit. For the logits (int8_projection) each row's 16 largest are then computed again
+  from the fp16 weights, so the tokens greedy and beam search pick between are ranked exactly:
+  over five long files (tiny.en, CPU, text only) the WER came back to fp16's, 8.63% against
+  8.62% at beam 5 (int8 alone 9.03%) and 10.02% against 10.06% greedy (10.22%). Activations are quantised per row (per token), so that a row's result never
   depends on the other rows of its batch. fbgemm's dynamic linear picks one scale for its whole
   input from the input's range; one fixed anchor row [1, -1, 0, ...] pins that range to [-1, 1],
   and each row, divided by its largest magnitude, is written as integers on that range's grid.
@@ -38,6 +41,7 @@ __all__ = ["Fp16Linear", "Int8Linear", "fp16_linears", "fp16_projection", "insta
 GRID = 63.5  # fbgemm's dynamic linear (reduce_range) maps [-1, 1] onto 0..127: a grid of 1 / 63.5
 STEPS = 63  # the grid points used on either side of zero, all of them inside [-1, 1]
 GRID_8BIT, STEPS_8BIT = 127.5, 127  # the full range, 0..255
+RESCORED = 16  # a logit row's largest int8 logits computed again from the fp16 weights
 
 
 @functools.cache
@@ -84,14 +88,18 @@ class Fp16Linear(nn.Module):
 class Int8Linear(nn.Module):
     """y = x W^T + b with W in int8 and x quantised per row; x is float32 [..., K].
 
-    two_rows: each row as two 7-bit rows (None: where the CPU has no VNNI), else one of 8 bits."""
+    two_rows: each row as two 7-bit rows (None: where the CPU has no VNNI), else one of 8 bits.
+    rescored: in each row, this many of the largest results are computed again exactly, from
+    the weights in fp16 (exact for fp16 checkpoints) and x in float32 (0: none)."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None, two_rows: bool | None = None):
+    def __init__(self, weight: Tensor, bias: Tensor | None = None, two_rows: bool | None = None, rescored: int = 0):
         super().__init__()
         self.in_features = weight.shape[1]
         self.out_features = weight.shape[0]
         self.two_rows = not has_vnni() if two_rows is None else two_rows
         self.packed, self.bias = _pack(weight, bias)
+        self.rescored = min(rescored, self.out_features)
+        self.weight16 = weight.detach().half().contiguous() if self.rescored else None
         anchor = torch.zeros(1, self.in_features)
         anchor[0, 0], anchor[0, -1] = 1.0, -1.0
         self.anchor = anchor
@@ -120,11 +128,23 @@ class Int8Linear(nn.Module):
             y = products[:n].mul_(scale * (GRID_8BIT / STEPS_8BIT))
         if self.bias is not None:
             y += self.bias
+        if self.rescored:
+            self._rescore(rows, y)
         return y.view(*x.shape[:-1], self.out_features)
+
+    def _rescore(self, rows: Tensor, y: Tensor) -> None:
+        """y's `rescored` largest entries per row, computed again from the fp16 weights: a
+        product and a sum along each row, so a row's bits stay its own."""
+        top = y.topk(self.rescored, dim=1, sorted=False).indices  # [n, R]
+        exact = (self.weight16[top].float() * rows[:, None, :]).sum(-1)
+        if self.bias is not None:
+            exact += self.bias[top]
+        y.scatter_(1, top, exact)
 
     def extra_repr(self) -> str:
         kind = "two 7-bit rows" if self.two_rows else "8-bit rows"
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8, {kind}"
+        rescored = f", the largest {self.rescored} of a row again in fp16" if self.rescored else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8, {kind}{rescored}"
 
 
 def _check(model: Whisper, kind: str) -> None:
@@ -146,7 +166,7 @@ def int8_projection(model: Whisper) -> Int8Linear:
     MLP's, 0.12 against 0.07 ms for a 384 x 384 layer: quantising the rows costs what the
     products save). CPU, float32 only."""
     _check(model, "int8")
-    return Int8Linear(model.decoder.token_embedding.weight)
+    return Int8Linear(model.decoder.token_embedding.weight, rescored=RESCORED)
 
 
 def fp16_linears(model: Whisper) -> dict[str, Fp16Linear]:
