@@ -73,6 +73,26 @@ def test_word_timestamps_into_json_and_tsv(tmp_path):
     assert plain.stdout.decode().split() == (tmp_path / "w" / "sample.txt").read_text().split()
 
 
+def test_text_only_subtitles_follow_the_words_by_default(tmp_path):
+    """On a CPU the default is text only, where a window (up to 30 s) is one segment: writing
+    .srt turns word timing on, so cues follow the speech; without subtitles it stays off, and
+    --no-word-timestamps keeps it off. The text is the same in all three."""
+    common = [str(SAMPLE), "--device", "cpu", "--beam-size", "1", "-q"]
+    subtitles = run_wtx("transcribe", *common, "-f", "json,srt", "-o", str(tmp_path / "srt"))
+    assert subtitles.returncode == 0, subtitles.stderr.decode()[-2000:]
+    segments = json.loads((tmp_path / "srt" / "sample.json").read_text())["segments"]
+    assert segments and all(s["words"] for s in segments)
+    cues = parse_srt((tmp_path / "srt" / "sample.srt").read_text())
+    starts = {round(w["start"], 3) for s in segments for w in s["words"]}
+    assert len(cues) > len(segments) and all(round(c[1], 3) in starts for c in cues)  # cues start on words
+    for flags, name in [([], "plain"), (["--no-word-timestamps", "-f", "json,srt"], "off")]:
+        out = run_wtx("transcribe", *common, *(flags or ["-f", "json"]), "-o", str(tmp_path / name))
+        assert out.returncode == 0
+        plain = json.loads((tmp_path / name / "sample.json").read_text())["segments"]
+        assert not any(s.get("words") for s in plain)
+        assert [s["text"] for s in plain] == [s["text"] for s in segments]
+
+
 @pytest.mark.slow
 def test_bad_file_fails_alone_and_others_complete(tmp_path):
     bad = tmp_path / "broken.mp3"

@@ -138,7 +138,7 @@ def transcribe(
     best_of: Annotated[Optional[int], typer.Option("--best-of", min=1, max=16, help="Samples per window at a fallback temperature (a window whose text failed the compression-ratio or log-probability test); the best is kept. Default: the beam size (5; with --beam-size 1, one sample, the fastest).", show_default=False)] = None,
     patience: Annotated[float, typer.Option("--patience", min=0.0, help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have).")] = 1.0,
     length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", min=0.0, max=2.0, help="Rank hypotheses by log-probability / ((5 + length) / 6) ** this; default: / length.")] = None,
-    word_timestamps: Annotated[bool, typer.Option("--word-timestamps", help="Time every word (openai-whisper's method: the alignment heads' cross-attention, aligned by dynamic time warping). Words go into .json (word, start, end, probability) and .tsv (a row per word); subtitle cues take their times from words. Costs one more decoder pass per batch.")] = False,
+    word_timestamps: Annotated[Optional[bool], typer.Option("--word-timestamps/--no-word-timestamps", help="Time every word (openai-whisper's method: the alignment heads' cross-attention, aligned by dynamic time warping). Words go into .json (word, start, end, probability) and .tsv (a row per word); subtitle cues take their times from words. Costs one more decoder pass per batch. Default: on where windows are decoded as text only and .srt or .vtt is written (so cues follow the speech), else off.", show_default=False)] = None,
     without_timestamps: Annotated[Optional[bool], typer.Option("--without-timestamps/--timestamps", help="--without-timestamps decodes text only (openai-whisper's without_timestamps): each window (at most 30 s, ending in a pause) is one segment, and subtitle cues split it by characters, or by words with --word-timestamps; fewer decode steps, no window tails decoded again. --timestamps decodes Whisper's timestamp tokens: segments of a few seconds within each window. Default: text only on a CPU (faster there, and more accurate on the long files measured: docs/benchmarks.md), timestamps on a GPU.", show_default=False)] = None,
     max_line_width: Annotated[Optional[int], typer.Option("--max-line-width", min=1, help="With --word-timestamps: characters per subtitle line (default 42, cues never spanning segments). With --max-line-count too, cues may span segments and break at pauses of 3 s, as openai-whisper's.", show_default=False)] = None,
     max_line_count: Annotated[Optional[int], typer.Option("--max-line-count", min=1, help="With --word-timestamps: lines per subtitle cue (default 2).", show_default=False)] = None,
@@ -188,7 +188,7 @@ def transcribe(
     from wtx.subtitles import SubtitleOptions
 
     subtitles = SubtitleOptions(max_line_width, max_line_count, max_words_per_line, highlight_words)
-    if subtitles.any and not word_timestamps:
+    if subtitles.any and word_timestamps is not True:
         flag = next(f for f, v in [("--max-line-width", max_line_width), ("--max-line-count", max_line_count),
                                    ("--max-words-per-line", max_words_per_line), ("--highlight-words", highlight_words)] if v)  # fmt: skip
         raise typer.BadParameter("needs --word-timestamps: subtitle lines are laid out by word times", param_hint=flag)

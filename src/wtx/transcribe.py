@@ -89,7 +89,7 @@ class Job:
     best_of: int = 5  # samples per window at a fallback temperature (the CLI: the beam size)
     patience: float = 1.0
     length_penalty: float | None = None
-    word_timestamps: bool = False
+    word_timestamps: bool | None = None  # None: where text only writes subtitles (_times_words)
     without_timestamps: bool | None = None  # text only: a window is one segment; None: auto (engine.pick_text_only)
     subtitles: SubtitleOptions = SubtitleOptions()
     ray: "ClusterOptions | None" = None  # run on Ray Data (wtx.cluster); None: in this process
@@ -274,6 +274,7 @@ class _Backend:
     encoder_dtype: str = ""  # the encoder's: bf16 on some CPUs (engine.pick_encoder_dtype); "": dtype
     without_timestamps: bool = False  # text only, as resolved for the device (engine.pick_text_only)
     condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
+    word_timestamps: bool = False  # every word timed (_times_words)
 
 
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
@@ -285,6 +286,14 @@ def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
     if pick_cross_dtype(quantized, encoder_dtype, dtype) != dtype:
         packed += ", bf16 cross-attention"
     return (", bf16 encoder" if encoder_dtype != dtype else "") + packed
+
+
+def _times_words(job: Job, without_timestamps: bool) -> bool:
+    """--word-timestamps, or where it is not given: on where text only (a window, up to 30 s, is
+    one segment) writes .srt or .vtt, whose cues then follow the words."""
+    if job.word_timestamps is not None:
+        return job.word_timestamps
+    return without_timestamps and any(f in ("srt", "vtt") for f in job.formats)
 
 
 def _modes_note(without_timestamps: bool, condition: bool) -> str:
@@ -343,12 +352,14 @@ def _local_backend(options, job: Job) -> "_Backend | int":
 
         stock = load_stock_model(load_checkpoint(job.model), engine.device)
     model = Model(engine, detector)
+    words = _times_words(job, engine.options.decoding.without_timestamps)
     return _Backend(
         engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
-        lambda recordings: model.run(recordings, ordered=False, word_timestamps=job.word_timestamps),
+        lambda recordings: model.run(recordings, ordered=False, word_timestamps=words),
         detector, stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
         without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
+        word_timestamps=words,
     )  # fmt: skip
 
 
@@ -399,7 +410,8 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         return 1
     # the workers use this process's thread count, also on a GPU (Ray sets OMP_NUM_THREADS to a
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
-    settings = cluster.Settings(options, threads, job.vad and resolved.vad, job.word_timestamps,
+    words = _times_words(job, resolved.without_timestamps)
+    settings = cluster.Settings(options, threads, job.vad and resolved.vad, words,
                                 os.environ.get(cluster.CRASH_ENV))  # fmt: skip
     threads = threads if resolved.device == "cpu" else None
     if job.vad and not resolved.vad:
@@ -425,7 +437,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     steps = _steps_run_as("compiled" if options.compile else "graphs" if graphs else "eager")
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
                     events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype),
-                    without_timestamps=resolved.without_timestamps, condition=resolved.condition)  # fmt: skip
+                    without_timestamps=resolved.without_timestamps, condition=resolved.condition, word_timestamps=words)  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -472,7 +484,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
               "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
-              "length_penalty": job.length_penalty, "word_timestamps": job.word_timestamps,
+              "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
               "without_timestamps": backend.without_timestamps}  # fmt: skip
     stock, engine = backend.stock, backend.engine
 
