@@ -90,8 +90,9 @@ def pick_cross_dtype(quantized: str | None, encoder_dtype: torch.dtype, dtype: t
     for 8 windows at beam 5 on 2 cores (tiny.en, copperfield, text only), bf16 halved those bytes
     and took the steps from 35.6 to 31.6 s, 29.1 s with int8 logits (docs/benchmarks.md). They
     are rounded to bf16, so the text moves (alone, with timestamp tokens, enough to decode more
-    windows again: 16 batches of copperfield against 12), so it comes with the lossy --quantize
-    int8 only; with it, the default run took 77.2 s against 85.7 s at a WER of 11.77% against 11.71%."""
+    windows again: 16 batches of copperfield against 12), so it comes with int8 logits only
+    (--quantize int8, the default on a CPU with VNNI); with timestamps and prompts, a run took
+    77.2 s against fp16's 85.7 s at a WER of 11.77% against 11.71%."""
     native = quantized == "int8" and encoder_dtype == torch.bfloat16 and dtype == torch.float32
     return torch.bfloat16 if native else dtype
 
@@ -101,9 +102,10 @@ def pick_text_only(without_timestamps: bool | None, device: torch.device) -> boo
     (auto): text only on a CPU, Whisper's timestamp tokens elsewhere.
 
     Text only, each window is one segment: no window tail is decoded again and a batch takes
-    fewer steps. On 2 cores (tiny.en, copperfield, 26:09, beam 5) it took the whole process from
-    85.7 s to 46.7 s with int8 logits, and over five long files its WER was lower, 8.62% against
-    9.21% (docs/benchmarks.md). On a GPU, where a step costs little, the timestamp tokens stay."""
+    fewer steps. On 2 cores (tiny.en, copperfield, 26:09, beam 5, one run) the whole process
+    took 43.5 s against 91.0 s with timestamps and prompts, and over five long files the WER was
+    lower, 8.62% against 9.21% in fp16 (docs/benchmarks.md). On a GPU, where a step costs
+    little, the timestamp tokens stay."""
     return device.type == "cpu" if without_timestamps is None else without_timestamps
 
 
@@ -131,7 +133,8 @@ def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype
     "fp16" or "int8": asked for, and an error where it cannot run; "none": never.
 
     Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within
-    float32's error of float64. int8 is off by up to 1.2 in a logit; on a CPU with VNNI its
+    float32's error of float64. int8 is off by up to 1.2 in a logit, but each row's 16 largest
+    are computed again from the fp16 weights (wtx.quantize); on a CPU with VNNI its
     logits take 8-bit rows, 2.3x faster than fp16's for 40 rows (docs/benchmarks.md for the text
     it gives). A row's bits are its own in both, so one call takes all of a step's live rows."""
     runs = device.type == "cpu" and dtype == torch.float32 and not compile

@@ -13,8 +13,9 @@ for tiny.en) whole, for a few rows; in float32 that is the largest part of a ste
   tiny.en logit. For the logits (int8_projection) each row's 16 largest are then computed again
   from the fp16 weights, so the tokens greedy and beam search pick between are ranked exactly:
   over five long files (tiny.en, CPU, text only) the WER came back to fp16's, 8.63% against
-  8.62% at beam 5 (int8 alone 9.03%) and 10.02% against 10.06% greedy (10.22%). Activations are quantised per row (per token), so that a row's result never
-  depends on the other rows of its batch. fbgemm's dynamic linear picks one scale for its whole
+  8.62% at beam 5 (int8 alone 9.03%) and 10.02% against 10.06% greedy (10.22%). Activations
+  are quantised per row (per token), so that a row's result never depends on the other rows of
+  its batch. fbgemm's dynamic linear picks one scale for its whole
   input from the input's range; one fixed anchor row [1, -1, 0, ...] pins that range to [-1, 1],
   and each row, divided by its largest magnitude, is written as integers on that range's grid.
   On a CPU with VNNI, where fbgemm sums u8 x s8 products straight into int32, a row takes 8 bits
@@ -36,7 +37,7 @@ from torch import Tensor, nn
 
 from wtx.model import Whisper
 
-__all__ = ["Fp16Linear", "Int8Linear", "fp16_linears", "fp16_projection", "install_linears", "int8_projection"]
+__all__ = ["Fp16Linear", "Int8Linear", "fp16_linears", "fp16_projection", "install_linears", "int8_kind", "int8_projection"]
 
 GRID = 63.5  # fbgemm's dynamic linear (reduce_range) maps [-1, 1] onto 0..127: a grid of 1 / 63.5
 STEPS = 63  # the grid points used on either side of zero, all of them inside [-1, 1]
@@ -145,6 +146,12 @@ class Int8Linear(nn.Module):
         kind = "two 7-bit rows" if self.two_rows else "8-bit rows"
         rescored = f", the largest {self.rescored} of a row again in fp16" if self.rescored else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, int8, {kind}{rescored}"
+
+
+def int8_kind(vnni: bool) -> str:
+    """How int8_projection's logits are computed on a CPU with or without VNNI: what a journal
+    records, so that a run resumed elsewhere never mixes two kinds of text."""
+    return f"int8 ({'8-bit rows' if vnni else 'two 7-bit rows'}, {RESCORED} rescored)"
 
 
 def _check(model: Whisper, kind: str) -> None:

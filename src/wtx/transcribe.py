@@ -275,6 +275,7 @@ class _Backend:
     without_timestamps: bool = False  # text only, as resolved for the device (engine.pick_text_only)
     condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
     word_timestamps: bool = False  # every word timed (_times_words)
+    vnni: bool = False  # the decoding CPU has VNNI: how int8 logits are computed (quantize.int8_kind)
 
 
 def _precision_note(dtype, encoder_dtype, quantized: str | None) -> str:
@@ -311,6 +312,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
 
     from wtx import startup
     from wtx.engine import CompileError, Engine
+    from wtx.quantize import has_vnni
 
     startup.mark("import torch")
     started = time.perf_counter()
@@ -359,7 +361,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=words),
         detector, stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
         without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
-        word_timestamps=words,
+        word_timestamps=words, vnni=has_vnni(),
     )  # fmt: skip
 
 
@@ -437,7 +439,8 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     steps = _steps_run_as("compiled" if options.compile else "graphs" if graphs else "eager")
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
                     events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype),
-                    without_timestamps=resolved.without_timestamps, condition=resolved.condition, word_timestamps=words)  # fmt: skip
+                    without_timestamps=resolved.without_timestamps, condition=resolved.condition, word_timestamps=words,
+                    vnni=resolved.vnni)  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -479,9 +482,11 @@ def _open_files_for_every_journal() -> None:
 
 def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
                 readahead: ReadAhead) -> int:  # fmt: skip
+    from wtx.quantize import int8_kind  # torch is loaded by now
+
     # everything that changes a window's text: a journal written under other options is not resumed
     config = {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
-              "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": backend.quantized, "device": backend.device,
+              "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized, "device": backend.device,
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
