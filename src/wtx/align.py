@@ -1,12 +1,19 @@
 """The aligning pass for word timestamps: after a batch is decoded, one teacher-forced decoder
 pass over every window's [sot_sequence, no_timestamps, text, eot] (openai-whisper's
 find_alignment) collects the alignment heads' attention logits, on the cross-attention K/V the
-model still holds from that batch. The rest is per window (wtx.timing)."""
+model still holds from that batch. The rest is per window (wtx.timing).
+
+On an eager CPU each window takes that pass alone, over its own tokens only, so its words are
+the same bits whatever windows share its batch: in one batched pass, padded to the longest
+text, attention summed over more (masked) keys and a window's word probabilities moved in the
+fourth decimal with its neighbours, so a file re-batched after a Ray worker died wrote other
+bytes. Elsewhere the batch takes one pass."""
 
 import torch
 
 from wtx.audio import Window
 from wtx.batch import BatchDecoder
+from wtx.model import LiveWindows
 from wtx.timing import find_alignments, window_frames
 from wtx.words import WordTiming
 
@@ -36,6 +43,8 @@ class BatchAligner:
                 for text in texts_in]  # fmt: skip
         if not any(rows):
             return [[] for _ in texts_in]
+        if device.type == "cpu" and not torch.compiler.is_compiling():
+            return self._window_by_window(rows, texts_in, windows, languages)
         width = max(len(row) for row in rows if row)
         padded = [(row or start) + [tokenizer.eot] * (width - len(row or start)) for row in rows]
         padded += [padded[0]] * (batch.batch_size - len(padded))
@@ -60,4 +69,32 @@ class BatchAligner:
             texts.append(text)
         frames = [window_frames(windows[i]) for i in wanted]
         aligned = dict(zip(wanted, find_alignments(qk[wanted], texts, probs, frames, tokenizer)))
+        return [aligned.get(i, []) for i in range(len(texts_in))]
+
+    def _window_by_window(self, rows: list[list[int] | None], texts_in: list, windows: list[Window],
+                          languages: list[str]) -> list[list[WordTiming]]:  # fmt: skip
+        """The forced pass for each window alone, over its own tokens (an eager CPU; see the
+        module's doc): its rows of the caches, its audio's keys and values."""
+        batch = self.batch
+        decoder, tokenizer, device = batch.model.decoder, batch.tokenizer, batch.device
+        n_sot = len(tokenizer.sot_sequence)
+        start = n_sot + 1  # the sot sequence and no_timestamps
+        wanted = [i for i, row in enumerate(rows) if row]
+        qks, texts, probs = [], [], []
+        for i in wanted:
+            weights: list[torch.Tensor] = []
+            tokens = torch.tensor([rows[i]], device=device)
+            if batch.dims.is_multilingual:
+                tokens[0, batch.sot_index + 1] = tokenizer.to_language_token(languages[i])
+            pad = torch.zeros(1, dtype=torch.long, device=device)
+            live = LiveWindows([i], 1, compact=True)
+            hidden = decoder.hidden(tokens, batch.slots[: len(rows[i])], pad, self.heads, weights, live)
+            qks.append(torch.cat(weights, dim=1)[0])
+            text = rows[i][start:-1]
+            logits = decoder.logits(hidden[:, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
+            at = torch.arange(len(text), device=device)
+            probs.append(logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist())
+            texts.append(text)
+        frames = [window_frames(windows[i]) for i in wanted]
+        aligned = dict(zip(wanted, find_alignments(qks, texts, probs, frames, tokenizer)))
         return [aligned.get(i, []) for i in range(len(texts_in))]

@@ -315,10 +315,12 @@ class CrossAttention(nn.Module):
             a[rows] = group_attention(q[rows], k[windows], v[windows], by_row=True)
         return self.out(merge_heads(a.to(x.dtype)))
 
-    def qk(self, x: Tensor, heads: Tensor) -> Tensor:
+    def qk(self, x: Tensor, heads: Tensor, live: LiveWindows | None = None) -> Tensor:
         """The attention logits of `heads` [h] over the audio, [B, h, T, n_audio_ctx] in float32,
-        scaled as openai-whisper computes them (one row per window: word alignment)."""
-        k = self.cross_kv.k[:, heads]
+        scaled as openai-whisper computes them (one row per window: word alignment); with a
+        compact `live`, x holds its windows' rows only."""
+        k = self.cross_kv.k if live is None or not live.compact else self.cross_kv.k[live.windows]
+        k = k[:, heads]
         q = split_heads(self.query(x), self.n_head)[:, heads].to(k.dtype)
         scale = q.shape[-1] ** -0.25
         return ((q * scale) @ (k * scale).transpose(-1, -2)).float()
@@ -358,7 +360,7 @@ class DecoderBlock(nn.Module):
         x = x + self.attn(self.attn_ln(x), input_pos, mask, live)
         h = self.cross_attn_ln(x)
         if heads is not None:
-            weights.append(self.cross_attn.qk(h, heads))
+            weights.append(self.cross_attn.qk(h, heads, live))
         x = x + self.cross_attn(h, live)
         return x + self.mlp(self.mlp_ln(x))
 

@@ -103,17 +103,17 @@ def alignment_matrix(qk: torch.Tensor, n_text: int, n_frames: int, n_sot: int) -
     return weights.mean(dim=0)[n_sot:-1]  # rows: no_timestamps and the text tokens, each predicting the next
 
 
-def find_alignments(qk: torch.Tensor, texts: list[list[int]], token_probs: list[list[float]], frames: list[int],
-                    tokenizer) -> list[list[WordTiming]]:  # fmt: skip
+def find_alignments(qk: torch.Tensor | list[torch.Tensor], texts: list[list[int]], token_probs: list[list[float]],
+                    frames: list[int], tokenizer) -> list[list[WordTiming]]:  # fmt: skip
     """Each window's words aligned to its frames: whisper's find_alignment, batched.
 
     qk: the alignment heads' attention logits [B, heads, T, n_audio_ctx] over each window's
-    forced sequence; texts: its text tokens; token_probs: their probabilities in that pass;
-    frames: its mel frames with audio (100 a second)."""
+    forced sequence (or one [heads, T_i, n_audio_ctx] per window); texts: its text tokens;
+    token_probs: their probabilities in that pass; frames: its mel frames with audio (100 a second)."""
     n_sot = len(tokenizer.sot_sequence)
     matrices = [alignment_matrix(qk[i], len(text), f, n_sot) for i, (text, f) in enumerate(zip(texts, frames))]
     cost = torch.zeros(len(texts), max(len(t) for t in texts) + 1, max(f // 2 for f in frames),
-                       dtype=torch.float64, device=qk.device)  # fmt: skip
+                       dtype=torch.float64, device=matrices[0].device)  # fmt: skip
     for i, matrix in enumerate(matrices):
         cost[i, : matrix.shape[0], : matrix.shape[1]] = -matrix.double()
     trace = dtw(cost).cpu().numpy()
