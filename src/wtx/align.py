@@ -58,18 +58,23 @@ class BatchAligner:
         pad = torch.zeros(batch.batch_size, dtype=torch.long, device=device)
         hidden = decoder.hidden(tokens, batch.slots[:width], pad, self.heads, weights)
         qk = torch.cat(weights, dim=1)  # [B, alignment heads, T, n_audio_ctx]
-        n_sot = len(tokenizer.sot_sequence)
         wanted = [i for i, row in enumerate(rows) if row]
         texts, probs = [], []
         for i in wanted:
             text = rows[i][len(start) : -1]
-            logits = decoder.logits(hidden[i : i + 1, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
-            at = torch.arange(len(text), device=device)
-            probs.append(logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist())
+            probs.append(self._text_probs(hidden[i : i + 1], text))
             texts.append(text)
         frames = [window_frames(windows[i]) for i in wanted]
         aligned = dict(zip(wanted, find_alignments(qk[wanted], texts, probs, frames, tokenizer)))
         return [aligned.get(i, []) for i in range(len(texts_in))]
+
+    def _text_probs(self, hidden: torch.Tensor, text: list[int]) -> list[float]:
+        """The probability of each text token in the forced pass; hidden: one window's [1, T, D]."""
+        tokenizer, device = self.batch.tokenizer, self.batch.device
+        n_sot = len(tokenizer.sot_sequence)
+        logits = self.batch.model.decoder.logits(hidden[:, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
+        at = torch.arange(len(text), device=device)
+        return logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist()
 
     def _window_by_window(self, rows: list[list[int] | None], texts_in: list, windows: list[Window],
                           languages: list[str]) -> list[list[WordTiming]]:  # fmt: skip
@@ -77,8 +82,7 @@ class BatchAligner:
         module's doc): its rows of the caches, its audio's keys and values."""
         batch = self.batch
         decoder, tokenizer, device = batch.model.decoder, batch.tokenizer, batch.device
-        n_sot = len(tokenizer.sot_sequence)
-        start = n_sot + 1  # the sot sequence and no_timestamps
+        start = len(tokenizer.sot_sequence) + 1  # the sot sequence and no_timestamps
         wanted = [i for i, row in enumerate(rows) if row]
         qks, texts, probs = [], [], []
         for i in wanted:
@@ -91,9 +95,7 @@ class BatchAligner:
             hidden = decoder.hidden(tokens, batch.slots[: len(rows[i])], pad, self.heads, weights, live)
             qks.append(torch.cat(weights, dim=1)[0])
             text = rows[i][start:-1]
-            logits = decoder.logits(hidden[:, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
-            at = torch.arange(len(text), device=device)
-            probs.append(logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist())
+            probs.append(self._text_probs(hidden, text))
             texts.append(text)
         frames = [window_frames(windows[i]) for i in wanted]
         aligned = dict(zip(wanted, find_alignments(qks, texts, probs, frames, tokenizer)))
