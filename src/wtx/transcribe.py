@@ -634,6 +634,7 @@ class _Run:
         prompts = {index: entry.prompt for index, entry in state.done.items()}
         ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
+        self._bar(state)  # from the start of its reading: a file decoded in one batch shows its real rate
         return Recording(source, state.reader, prompts, language, ends)
 
     def _bar(self, state: _Input) -> None:
