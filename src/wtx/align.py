@@ -43,9 +43,24 @@ class BatchAligner:
                 for text in texts_in]  # fmt: skip
         if not any(rows):
             return [[] for _ in texts_in]
+        wanted = [i for i, row in enumerate(rows) if row]
         if device.type == "cpu" and not torch.compiler.is_compiling():
-            return self._window_by_window(rows, texts_in, windows, languages)
-        width = max(len(row) for row in rows if row)
+            qk, hidden = self._forced_alone(rows, wanted, languages)
+        else:
+            qk, hidden = self._forced_batch(rows, wanted, start, languages)
+        texts = [rows[i][len(start) : -1] for i in wanted]
+        probs = [self._text_probs(h, text) for h, text in zip(hidden, texts)]
+        frames = [window_frames(windows[i]) for i in wanted]
+        aligned = dict(zip(wanted, find_alignments(qk, texts, probs, frames, tokenizer)))
+        return [aligned.get(i, []) for i in range(len(texts_in))]
+
+    def _forced_batch(self, rows: list[list[int] | None], wanted: list[int], start: list[int],
+                      languages: list[str]) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
+        """The forced pass over the whole batch, padded to its longest text: the wanted windows'
+        alignment-head logits [W, heads, T, n_audio_ctx] and final hidden states [1, T, D] each."""
+        batch = self.batch
+        tokenizer, device = batch.tokenizer, batch.device
+        width = max(len(rows[i]) for i in wanted)
         padded = [(row or start) + [tokenizer.eot] * (width - len(row or start)) for row in rows]
         padded += [padded[0]] * (batch.batch_size - len(padded))
         tokens = torch.tensor(padded, device=device)
@@ -53,20 +68,30 @@ class BatchAligner:
             codes = languages + [languages[0]] * (batch.batch_size - len(languages))
             language = torch.tensor([tokenizer.to_language_token(c) for c in codes], device=device)
             tokens[:, batch.sot_index + 1] = language
-        decoder = batch.model.decoder
         weights: list[torch.Tensor] = []
         pad = torch.zeros(batch.batch_size, dtype=torch.long, device=device)
-        hidden = decoder.hidden(tokens, batch.slots[:width], pad, self.heads, weights)
+        hidden = batch.model.decoder.hidden(tokens, batch.slots[:width], pad, self.heads, weights)
         qk = torch.cat(weights, dim=1)  # [B, alignment heads, T, n_audio_ctx]
-        wanted = [i for i, row in enumerate(rows) if row]
-        texts, probs = [], []
+        return qk[wanted], [hidden[i : i + 1] for i in wanted]
+
+    def _forced_alone(self, rows: list[list[int] | None], wanted: list[int],
+                      languages: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:  # fmt: skip
+        """The forced pass for each wanted window alone, over its own tokens (an eager CPU; see
+        the module's doc), on its rows of the caches and its audio's keys and values: its
+        alignment-head logits [heads, T, n_audio_ctx] and final hidden states [1, T, D]."""
+        batch = self.batch
+        tokenizer, device = batch.tokenizer, batch.device
+        qk, hidden = [], []
         for i in wanted:
-            text = rows[i][len(start) : -1]
-            probs.append(self._text_probs(hidden[i : i + 1], text))
-            texts.append(text)
-        frames = [window_frames(windows[i]) for i in wanted]
-        aligned = dict(zip(wanted, find_alignments(qk[wanted], texts, probs, frames, tokenizer)))
-        return [aligned.get(i, []) for i in range(len(texts_in))]
+            tokens = torch.tensor([rows[i]], device=device)
+            if batch.dims.is_multilingual:
+                tokens[0, batch.sot_index + 1] = tokenizer.to_language_token(languages[i])
+            weights: list[torch.Tensor] = []
+            pad = torch.zeros(1, dtype=torch.long, device=device)
+            live = LiveWindows([i], 1, compact=True)
+            hidden.append(batch.model.decoder.hidden(tokens, batch.slots[: len(rows[i])], pad, self.heads, weights, live))
+            qk.append(torch.cat(weights, dim=1)[0])
+        return qk, hidden
 
     def _text_probs(self, hidden: torch.Tensor, text: list[int]) -> list[float]:
         """The probability of each text token in the forced pass; hidden: one window's [1, T, D]."""
@@ -75,28 +100,3 @@ class BatchAligner:
         logits = self.batch.model.decoder.logits(hidden[:, n_sot : n_sot + len(text)])[0, :, : tokenizer.eot]
         at = torch.arange(len(text), device=device)
         return logits.softmax(dim=-1)[at, torch.tensor(text, device=device)].tolist()
-
-    def _window_by_window(self, rows: list[list[int] | None], texts_in: list, windows: list[Window],
-                          languages: list[str]) -> list[list[WordTiming]]:  # fmt: skip
-        """The forced pass for each window alone, over its own tokens (an eager CPU; see the
-        module's doc): its rows of the caches, its audio's keys and values."""
-        batch = self.batch
-        decoder, tokenizer, device = batch.model.decoder, batch.tokenizer, batch.device
-        start = len(tokenizer.sot_sequence) + 1  # the sot sequence and no_timestamps
-        wanted = [i for i, row in enumerate(rows) if row]
-        qks, texts, probs = [], [], []
-        for i in wanted:
-            weights: list[torch.Tensor] = []
-            tokens = torch.tensor([rows[i]], device=device)
-            if batch.dims.is_multilingual:
-                tokens[0, batch.sot_index + 1] = tokenizer.to_language_token(languages[i])
-            pad = torch.zeros(1, dtype=torch.long, device=device)
-            live = LiveWindows([i], 1, compact=True)
-            hidden = decoder.hidden(tokens, batch.slots[: len(rows[i])], pad, self.heads, weights, live)
-            qks.append(torch.cat(weights, dim=1)[0])
-            text = rows[i][start:-1]
-            probs.append(self._text_probs(hidden, text))
-            texts.append(text)
-        frames = [window_frames(windows[i]) for i in wanted]
-        aligned = dict(zip(wanted, find_alignments(qks, texts, probs, frames, tokenizer)))
-        return [aligned.get(i, []) for i in range(len(texts_in))]

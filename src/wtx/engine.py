@@ -161,7 +161,6 @@ def repeatable_attention() -> None:
 class Engine:
     def __init__(self, options: EngineOptions = EngineOptions(), model: Whisper | None = None, on_status=None):
         """on_status(line), if given, hears what compilation is about to do (wtx.compiled)."""
-        self.options = options
         self.device = pick_device(options.device)
         options = self.options = resolve_modes(options, self.device)
         # a given model runs in its own dtype unless one is asked for

@@ -15,9 +15,9 @@ for tiny.en) whole, for a few rows; in float32 that is the largest part of a ste
   over five long files (tiny.en, CPU, text only) the WER came back to fp16's, 8.63% against
   8.62% at beam 5 (int8 alone 9.03%) and 10.02% against 10.06% greedy (10.22%). Activations
   are quantised per row (per token), so that a row's result never depends on the other rows of
-  its batch. fbgemm's dynamic linear picks one scale for its whole
-  input from the input's range; one fixed anchor row [1, -1, 0, ...] pins that range to [-1, 1],
-  and each row, divided by its largest magnitude, is written as integers on that range's grid.
+  its batch. fbgemm's dynamic linear picks one scale for its whole input from the input's range;
+  one fixed anchor row [1, -1, 0, ...] pins that range to [-1, 1], and each row, divided by its
+  largest magnitude, is written as integers on that range's grid.
   On a CPU with VNNI, where fbgemm sums u8 x s8 products straight into int32, a row takes 8 bits
   (integers within +-127, as CTranslate2's int8 does). Without VNNI, products are summed in pairs
   in int16 first, which 8-bit activations can saturate: fbgemm's reduced range (7 bits) is used,
@@ -143,15 +143,19 @@ class Int8Linear(nn.Module):
         y.scatter_(1, top, exact)
 
     def extra_repr(self) -> str:
-        kind = "two 7-bit rows" if self.two_rows else "8-bit rows"
+        kind = _rows_kind(self.two_rows)
         rescored = f", the largest {self.rescored} of a row again in fp16" if self.rescored else ""
         return f"in_features={self.in_features}, out_features={self.out_features}, int8, {kind}{rescored}"
+
+
+def _rows_kind(two_rows: bool) -> str:
+    return "two 7-bit rows" if two_rows else "8-bit rows"
 
 
 def int8_kind(vnni: bool) -> str:
     """How int8_projection's logits are computed on a CPU with or without VNNI: what a journal
     records, so that a run resumed elsewhere never mixes two kinds of text."""
-    return f"int8 ({'8-bit rows' if vnni else 'two 7-bit rows'}, {RESCORED} rescored)"
+    return f"int8 ({_rows_kind(not vnni)}, {RESCORED} rescored)"
 
 
 def _check(model: Whisper, kind: str) -> None:
