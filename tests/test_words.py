@@ -57,6 +57,35 @@ def test_word_times_match_stock(engine_and_stock, relative, n):
     assert close >= 0.95 * total
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("alone", [True, False], ids=["each window alone", "the batch at a fixed width"])
+def test_a_windows_words_are_the_same_beside_any_neighbours(alone):
+    """Window 0 decoded beside windows 1 to 3, then beside 5 to 7 (other texts, other lengths):
+    the same words, times and probabilities, bit for bit, in both ways the aligning pass runs
+    (each window alone, a CPU's; the whole batch padded to a fixed width, a GPU's), so a file
+    re-batched after a Ray worker died writes the same bytes. With the CPU's defaults, a batch
+    padded to its longest text instead moved a word's probability here."""
+    import wtx
+
+    engine = wtx.load_model("tiny.en", device="cpu", batch_size=4, vad=False).engine  # the CPU's defaults: int8 logits, bf16 K/V
+    windows = list(itertools.islice(fixed_windows(stream_samples(str(shared_file("audio/lj001_0001-0032_concat.flac")))), 8))
+    assert len(windows) == 8
+    engine.align.alone = alone
+    try:
+        def words(*groups):
+            recordings = [Recording(str(i), group) for i, group in enumerate(groups)]
+            events = engine.scheduler(word_timestamps=True).run(recordings, ordered=True)
+            done = [e.result for e in events if isinstance(e, WindowDone)]
+            return {r.window.offset: [(w.word, w.start, w.end, w.probability) for s in r.segments for w in s.words] for r in done}
+
+        first, second = words(windows[:4], windows[4:]), words(windows[:1], windows[5:])
+    finally:
+        engine.align.alone = engine.batch.device.type == "cpu"
+    assert sum(map(len, first.values())) > 100
+    for offset, timed in second.items():
+        assert timed == first[offset], offset
+
+
 def test_dtw_takes_whisper_paths():
     """The batched anti-diagonal DTW finds whisper's path (its numba dtw) on random matrices,
     padded to one shape, ties included (a quantised matrix has many)."""

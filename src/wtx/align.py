@@ -7,7 +7,9 @@ On an eager CPU each window takes that pass alone, over its own tokens only, so 
 the same bits whatever windows share its batch: in one batched pass, padded to the longest
 text, attention summed over more (masked) keys and a window's word probabilities moved in the
 fourth decimal with its neighbours, so a file re-batched after a Ray worker died wrote other
-bytes. Elsewhere the batch takes one pass."""
+bytes. Elsewhere the batch takes one pass at a fixed width, every row padded to the decoder's
+slots, so its shapes, and with them the kernels and a row's bits, never depend on the texts
+beside it."""
 
 import torch
 
@@ -31,6 +33,7 @@ class BatchAligner:
             layers.setdefault(layer, []).append(head)
         # layer -> its alignment heads
         self.heads = {layer: torch.tensor(h, device=batch.device) for layer, h in layers.items()}
+        self.alone = batch.device.type == "cpu"  # each window's pass alone (see the module's doc)
 
     @torch.no_grad()
     def __call__(self, texts_in: list[list[int] | None], windows: list[Window], languages: list[str]) -> list[list[WordTiming]]:
@@ -44,7 +47,7 @@ class BatchAligner:
         if not any(rows):
             return [[] for _ in texts_in]
         wanted = [i for i, row in enumerate(rows) if row]
-        if device.type == "cpu" and not torch.compiler.is_compiling():
+        if self.alone:
             qk, hidden = self._forced_alone(rows, wanted, languages)
         else:
             qk, hidden = self._forced_batch(rows, wanted, start, languages)
@@ -56,11 +59,12 @@ class BatchAligner:
 
     def _forced_batch(self, rows: list[list[int] | None], wanted: list[int], start: list[int],
                       languages: list[str]) -> tuple[torch.Tensor, list[torch.Tensor]]:  # fmt: skip
-        """The forced pass over the whole batch, padded to its longest text: the wanted windows'
-        alignment-head logits [W, heads, T, n_audio_ctx] and final hidden states [1, T, D] each."""
+        """The forced pass over the whole batch, every row padded to the decoder's slots (a fixed
+        shape: see the module's doc): the wanted windows' alignment-head logits
+        [W, heads, T, n_audio_ctx] and final hidden states [1, T, D] each."""
         batch = self.batch
         tokenizer, device = batch.tokenizer, batch.device
-        width = max(len(rows[i]) for i in wanted)
+        width = batch.n_slots
         padded = [(row or start) + [tokenizer.eot] * (width - len(row or start)) for row in rows]
         padded += [padded[0]] * (batch.batch_size - len(padded))
         tokens = torch.tensor(padded, device=device)
