@@ -42,6 +42,18 @@ def test_noise_gives_no_segments(model):
     assert list(model.transcribe(noise)[0]) == []
 
 
+def test_fixed_windows_refuse_an_automatic_text_only_mode(model):
+    """Windows cut every 30 s end early in text only (engine.pick_text_only): asked for with the
+    default mode, a clear error; with timestamps, or text only asked for, they decode."""
+    with pytest.raises(ValueError, match="without_timestamps=False"):
+        model.transcribe(str(SAMPLE), split="fixed")
+    for without_timestamps in (False, True):
+        asked = wtx.load_model("tiny.en", device="cpu", batch_size=4, vad=False, without_timestamps=without_timestamps)
+        segments, info = asked.transcribe(str(SAMPLE), split="fixed")
+        assert "Thank you for listening" in " ".join(s.text for s in segments)
+        assert info.options["decoding"]["without_timestamps"] is without_timestamps
+
+
 def test_a_bad_file_raises_when_its_segments_are_read(model, tmp_path):
     bad = tmp_path / "bad.mp3"
     bad.write_text("not audio")

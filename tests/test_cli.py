@@ -177,6 +177,18 @@ def test_quantize_says_what_ran_and_refuses_what_cannot(tmp_path):
 
 
 @pytest.mark.slow
+def test_fixed_windows_decode_timestamps_by_default(tmp_path):
+    """--split fixed cuts windows mid-speech, where text only ends them early: the automatic
+    mode is timestamps with prompts there; --without-timestamps still gets text only."""
+    tone = str(make_wav(tmp_path / "tone.wav", 3.0))
+    fixed = run_wtx("transcribe", tone, "--split", "fixed", "--device", "cpu", "-o", str(tmp_path / "a"))
+    assert fixed.returncode == 0, fixed.stderr.decode()[-2000:]
+    assert "timestamps, each window prompted with the text before it, batch 8 (auto)" in fixed.stderr.decode()
+    asked = run_wtx("transcribe", tone, "--split", "fixed", "--without-timestamps", "--device", "cpu", "-o", str(tmp_path / "b"))
+    assert asked.returncode == 0 and "text only, each window alone, batch 24 (auto)" in asked.stderr.decode()
+
+
+@pytest.mark.slow
 def test_compare_eager_reports_the_speedup(tmp_path):
     out = run_wtx("transcribe", str(SAMPLE), "--compare-eager", "-o", str(tmp_path), "-f", "txt")
     assert out.returncode == 0, out.stderr.decode()[-2000:]

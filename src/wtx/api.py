@@ -33,9 +33,10 @@ class TranscriptionInfo:
 class Model:
     """A loaded (and with compile=True, compiled) engine; see load_model()."""
 
-    def __init__(self, engine, detector=None):
+    def __init__(self, engine, detector=None, text_only_asked: bool | None = None):
         self.engine = engine
         self.detector = detector
+        self.text_only_asked = text_only_asked  # load_model's without_timestamps (None: auto)
 
     @property
     def options(self) -> dict:
@@ -67,6 +68,10 @@ class Model:
 
         if split not in ("silence", "fixed"):
             raise ValueError(f"unknown split {split!r}: choose silence or fixed")
+        if split == "fixed" and self.text_only_asked is None and self.engine.options.decoding.without_timestamps:
+            raise ValueError("split='fixed' cuts windows in the middle of speech, where text only ends them early "
+                             "(engine.pick_text_only): load the model with without_timestamps=False, or with "
+                             "without_timestamps=True to keep text only")  # fmt: skip
         reader = AudioReader(audio, split, self.detector)
         duration = len(audio) / SAMPLE_RATE if isinstance(audio, np.ndarray) else probe_duration(audio)
         windows = iter(reader)
@@ -117,6 +122,8 @@ def load_model(
     rows per window, so best_of above beam_size costs every window, not only the fallbacks.
     without_timestamps=True decodes text only (openai-whisper's option): a window is one segment;
     False decodes the timestamp tokens; None (auto): text only on a CPU, timestamps elsewhere.
+    Where auto gave text only, transcribe(split="fixed") raises ValueError: windows cut in the
+    middle of speech end early in text only (engine.pick_text_only).
     condition_on_previous_text: prompt each window with the text before it; None (auto): with
     timestamps only (engine.resolve_modes). info.options says what was picked."""
     from wtx.engine import Engine, EngineOptions
@@ -133,4 +140,4 @@ def load_model(
         from wtx.vad import load_detector
 
         detector = load_detector(engine.device)
-    return Model(engine, detector)
+    return Model(engine, detector, without_timestamps)
