@@ -69,8 +69,8 @@ class Model:
         if split not in ("silence", "fixed"):
             raise ValueError(f"unknown split {split!r}: choose silence or fixed")
         if split == "fixed" and self.text_only_asked is None and self.engine.options.decoding.without_timestamps:
-            raise ValueError("split='fixed' cuts windows in the middle of speech, where text only ends them early "
-                             "(engine.pick_text_only): load the model with without_timestamps=False, or with "
+            raise ValueError("split='fixed' cuts windows in the middle of speech, where text only often ends them "
+                             "early (docs/accuracy.md): load the model with without_timestamps=False, or with "
                              "without_timestamps=True to keep text only")  # fmt: skip
         reader = AudioReader(audio, split, self.detector)
         duration = len(audio) / SAMPLE_RATE if isinstance(audio, np.ndarray) else probe_duration(audio)

@@ -109,8 +109,8 @@ def pick_text_only(without_timestamps: bool | None, device: torch.device) -> boo
 
     A window cut in the middle of speech often ends early in text only: with windows cut every
     30 s (--split fixed), copperfield's WER was 46.9% at beam 5 (47.5% greedy; 17 of 50 windows
-    under a word a second) against 14.7% with timestamps, which carry such a window's tail into
-    the next. So fixed windows take timestamps unless text only is asked for (TIMESTAMPS_SPLITS)."""
+    under a word a second) against 13.9% with timestamps (14.7% greedy), which carry such a
+    window's tail into the next (docs/accuracy.md). So fixed windows take timestamps unless text only is asked for (TIMESTAMPS_SPLITS)."""
     return device.type == "cpu" if without_timestamps is None else without_timestamps
 
 
