@@ -12,7 +12,7 @@ from wtx.audio import fixed_windows, stream_samples
 from wtx.reference import stock_word_timestamps
 from wtx.segments import Segment, Word, split_segments
 from wtx.streams import Recording, WindowDone
-from wtx.timing import backtrace, dtw, median_filter
+from wtx.timing import backtrace, dtw, median_filter, sorting_network
 from wtx.words import WordTiming, add_word_timestamps
 
 
@@ -109,9 +109,21 @@ def test_median_filter_is_whispers():
 
     x = torch.randn(3, 11, 60)
     x[0, 0, :8] = 0.5  # ties
-    assert torch.equal(median_filter(x, 7), whisper_median_filter(x, 7))
+    for width in (3, 5, 7, 9):  # 7, whisper's, takes Knuth's network; the others odd-even transposition
+        assert torch.equal(median_filter(x, width), whisper_median_filter(x, width)), width
+    assert torch.equal(median_filter(x.round(decimals=1), 7), whisper_median_filter(x.round(decimals=1), 7))
     short = torch.randn(2, 3, 3)
     assert torch.equal(median_filter(short, 7), short)
+
+
+@pytest.mark.parametrize("width", [3, 5, 7, 9])
+def test_sorting_networks_sort_every_input(width):
+    """By the 0-1 principle, a comparator network sorts every input if it sorts every 0-1 input."""
+    for bits in itertools.product((0, 1), repeat=width):
+        wires = list(bits)
+        for i, j in sorting_network(width):
+            wires[i], wires[j] = min(wires[i], wires[j]), max(wires[i], wires[j])
+        assert wires == sorted(wires), bits
 
 
 def random_alignment(rng: random.Random, n: int) -> list[WordTiming]:

@@ -27,20 +27,48 @@ def window_frames(window: Window) -> int:
     return min(N_FRAMES, round(window.duration * SAMPLE_RATE) // HOP_LENGTH)
 
 
+# Knuth's 16-comparator sorting network for 7 wires (TAOCP vol. 3, 5.3.4)
+SORTING_NETWORKS = {7: [(0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5), (3, 4), (1, 2), (4, 6),
+                        (2, 3), (4, 5), (1, 2), (3, 4), (5, 6)]}  # fmt: skip
+
+
+def sorting_network(width: int) -> list[tuple[int, int]]:
+    """Comparators (i, j), i < j, that sort `width` wires: min to i, max to j."""
+    if width in SORTING_NETWORKS:
+        return SORTING_NETWORKS[width]
+    return [(i, i + 1) for round_ in range(width) for i in range(round_ % 2, width - 1, 2)]  # odd-even transposition
+
+
+def median_network(width: int) -> list[tuple[int, int, bool, bool]]:
+    """The comparators of sorting_network(width) that the middle wire depends on, each with
+    whether its min and its max are used further on: (i, j, min used, max used)."""
+    needed, kept = {width // 2}, []
+    for i, j in reversed(sorting_network(width)):
+        low, high = i in needed, j in needed
+        if low or high:
+            kept.append((i, j, low, high))
+            needed |= {i, j}
+    return kept[::-1]
+
+
 def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
     """Median over a sliding window of `width` (odd) along the last dimension, edges reflected.
 
-    An odd-even transposition sort of the `width` shifted copies: exact, like sorting each
-    window, and several times faster than torch.sort over so short a dimension."""
+    A sorting network over the `width` shifted copies, only the comparisons the middle wire
+    depends on (width 7: 22 minima and maxima): exact, like sorting each window, and many times
+    faster than torch.sort over so short a dimension."""
     pad = width // 2
     if x.shape[-1] <= pad:  # too short to reflect
         return x
     padded = F.pad(x, (pad, pad, 0, 0), mode="reflect")  # x: [heads, tokens, frames]
     n = x.shape[-1]
     copies = [padded[..., i : i + n] for i in range(width)]
-    for round_ in range(width):
-        for i in range(round_ % 2, width - 1, 2):
-            copies[i], copies[i + 1] = torch.minimum(copies[i], copies[i + 1]), torch.maximum(copies[i], copies[i + 1])
+    for i, j, low, high in median_network(width):
+        a, b = copies[i], copies[j]
+        if low:
+            copies[i] = torch.minimum(a, b)
+        if high:
+            copies[j] = torch.maximum(a, b)
     return copies[pad]
 
 
