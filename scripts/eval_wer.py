@@ -6,7 +6,7 @@
     python scripts/eval_wer.py --files ../shared/audio/jfk.flac:../shared/audio/jfk.txt
 
 Configurations (CPU fp32 by default; --device cuda runs fp16; --dtype sets wtx's):
-  silence    wtx --timestamps --condition (a GPU's defaults): --split silence (windows end at the
+  silence    wtx --timestamps --condition: --split silence (windows end at the
              quietest pause), Silero VAD, beam 5
   greedy     the same at --beam-size 1
   unprompted wtx --timestamps --no-condition (every window decoded without previous text), beam 5

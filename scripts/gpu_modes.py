@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The decoding modes on a GPU machine without ffmpeg: timestamps with prompts (a GPU's default),
-text only with each window alone (a CPU's default), and timestamps with each window alone.
+"""The decoding modes on a GPU machine without ffmpeg: timestamps with prompts (`--timestamps`),
+text only with each window alone (the default), and timestamps with each window alone.
 
     python scripts/gpu_modes.py prepare --out .gpu/windows.npz --texts .gpu/texts     # here
     python scripts/gpu_modes.py run --windows .gpu/windows.npz --texts .gpu/texts \\
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT / "src"))
 SHARED = ROOT.parent / "shared"
 BOOKS = {"copperfield_ch01_slt": "dickens_copperfield_ch01.txt", "alice_ch01_espeak": "carroll_alice_ch01.txt",
          "declaration_kal": "us_declaration_of_independence.txt"}  # fmt: skip
-MODES = [("timestamps, prompts (a GPU's default)", dict(without_timestamps=False, condition_on_previous_text=True)),
-         ("text only, each window alone (a CPU's default)", dict(without_timestamps=True, condition_on_previous_text=False)),
+MODES = [("timestamps, prompts (--timestamps)", dict(without_timestamps=False, condition_on_previous_text=True)),
+         ("text only, each window alone (the default)", dict(without_timestamps=True, condition_on_previous_text=False)),
          ("timestamps, each window alone", dict(without_timestamps=False, condition_on_previous_text=False))]  # fmt: skip
 
 

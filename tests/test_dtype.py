@@ -1,5 +1,5 @@
 """--dtype auto (a CPU's bf16 encoder), the CPU's bf16 attention path, and the automatic modes
-(text only, each window alone, on a CPU)."""
+(text only, each window alone; timestamps for fixed windows)."""
 
 from dataclasses import replace
 
@@ -103,23 +103,22 @@ def test_a_bf16_encoder_feeds_the_float32_decoder(monkeypatch):
     assert runs["auto"] == runs["fp32"] and len(runs["fp32"]) > 0
 
 
-def test_auto_modes_are_text_only_alone_on_a_cpu_and_timestamps_prompted_elsewhere():
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+def test_auto_modes_are_text_only_alone():
     auto = EngineOptions(decoding=DecodingOptions(without_timestamps=None), condition_on_previous_text=None)
-    assert not auto.windows_alone  # undecided until a device resolves it
-    on_cpu, on_cuda = resolve_modes(auto, cpu), resolve_modes(auto, cuda)
-    assert on_cpu.decoding.without_timestamps is True and on_cpu.condition_on_previous_text is False
-    assert on_cpu.windows_alone
-    assert on_cuda.decoding.without_timestamps is False and on_cuda.condition_on_previous_text is True
-    assert not on_cuda.windows_alone
+    assert not auto.windows_alone  # undecided until resolved
+    resolved = resolve_modes(auto)
+    assert resolved.decoding.without_timestamps is True and resolved.condition_on_previous_text is False
+    assert resolved.windows_alone
     # what is asked for stays, and prompts follow the mode unless asked for
     asked = replace(auto, decoding=DecodingOptions(without_timestamps=False))
-    assert resolve_modes(asked, cpu).decoding.without_timestamps is False
-    assert resolve_modes(asked, cpu).condition_on_previous_text is True
+    assert resolve_modes(asked).decoding.without_timestamps is False
+    assert resolve_modes(asked).condition_on_previous_text is True
     prompted = replace(auto, condition_on_previous_text=True)
-    assert resolve_modes(prompted, cpu).decoding.without_timestamps is True
-    assert resolve_modes(prompted, cpu).condition_on_previous_text is True
-    assert not resolve_modes(prompted, cpu).windows_alone
-    assert resolve_modes(EngineOptions(), cpu) == EngineOptions()  # explicit defaults: timestamps, prompted
-    assert (pick_text_only(None, cpu), pick_text_only(None, cuda), pick_text_only(False, cpu)) == (True, False, False)
+    assert resolve_modes(prompted).decoding.without_timestamps is True
+    assert resolve_modes(prompted).condition_on_previous_text is True
+    assert not resolve_modes(prompted).windows_alone
+    assert resolve_modes(EngineOptions()) == EngineOptions()  # explicit defaults: timestamps, prompted
+    assert (pick_text_only(None), pick_text_only(True), pick_text_only(False)) == (True, True, False)
+    # windows cut every 30 s: timestamps, unless text only is asked for
+    assert (pick_text_only(None, "fixed"), pick_text_only(True, "fixed"), pick_text_only(None, "silence")) == (False, True, True)
     assert (pick_condition(None, True), pick_condition(None, False), pick_condition(False, False)) == (False, True, False)

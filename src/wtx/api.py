@@ -121,9 +121,9 @@ def load_model(
     (best_of=None: as many samples as beams). Every batch holds max(beam_size, best_of) decoder
     rows per window, so best_of above beam_size costs every window, not only the fallbacks.
     without_timestamps=True decodes text only (openai-whisper's option): a window is one segment;
-    False decodes the timestamp tokens; None (auto): text only on a CPU, timestamps elsewhere.
-    Where auto gave text only, transcribe(split="fixed") raises ValueError: windows cut in the
-    middle of speech end early in text only (engine.pick_text_only).
+    False decodes the timestamp tokens; None (auto): text only, and transcribe(split="fixed")
+    then raises ValueError: windows cut in the middle of speech end early in text only
+    (engine.pick_text_only).
     condition_on_previous_text: prompt each window with the text before it; None (auto): with
     timestamps only (engine.resolve_modes). info.options says what was picked."""
     from wtx.engine import Engine, EngineOptions

@@ -12,7 +12,7 @@ against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512). Once a step took the li
 only (fp16 weights), 8 windows ran copperfield in 66.9 s against 77.9 s at 4 (in-process, the
 same text) and the sample in 6.3 to 6.9 s against 5.9 to 6.2 s: CPU_GROUPS is 8. Greedy, 16
 windows took 48.0 s against 42.3 s at 8.
-Windows decoded alone and text only (the CPU's default: engine.resolve_modes) keep every row
+Windows decoded alone and text only (the default: engine.resolve_modes) keep every row
 busy whatever the file, and CPU_ALONE measured fastest: copperfield in-process at beam 5 with
 int8 logits, the decode steps took 29.1, 23.7, 21.4 and 24.0 s at 8, 16, 24 and 32 windows
 (the same text: each row is computed on its own), and whole processes 47.9, 42.1 and 40.7 s at

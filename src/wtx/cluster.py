@@ -122,7 +122,7 @@ def resolve_here(engine: EngineOptions) -> Resolved:
     dims = ModelDimensions(**load_checkpoint(engine.model)["dims"])
     device = pick_device(engine.device)
     dtype = pick_dtype(engine.dtype, device)
-    engine = resolve_modes(engine, device)
+    engine = resolve_modes(engine)
     batch = engine.batch_size or pick_batch_size(dims, device, dtype, engine.decoding.group, engine.windows_alone)
     max_prompt = dims.n_text_ctx // 2 - 1 if engine.condition_on_previous_text else 0
     return Resolved(device.type, str(dtype), batch, max_prompt, dims.is_multilingual, model_file() is not None,

@@ -3,10 +3,10 @@
 It never prints. Work is reported by returning results window by window; callers time and
 display them.
 
-By default a CPU decodes text only, each window alone, as faster-whisper's batched pipeline
-(resolve_modes): every row of a batch takes any window. With Whisper's timestamp tokens (the
-default on a GPU), each window is conditioned on the text before it, as openai-whisper's
-transcribe() does (a <|startofprev|> prompt): batch rows are streams of consecutive windows,
+By default windows are decoded as text only, each window alone, as faster-whisper's batched
+pipeline (resolve_modes): every row of a batch takes any window. With Whisper's timestamp tokens
+(--timestamps, and windows cut every 30 s), each window is conditioned on the text before it, as
+openai-whisper's transcribe() does (a <|startofprev|> prompt): batch rows are streams of consecutive windows,
 row r decoding its windows one after another, each prompted with the text its previous one
 produced, while the other rows do the same for other stretches of the recording, or for other
 recordings (wtx.streams).
@@ -33,7 +33,7 @@ from wtx.streams import Recording, StreamOptions, StreamScheduler, WindowDone
 from wtx.weights import load_checkpoint
 
 __all__ = ["CompileError", "CompileReport", "Engine", "EngineOptions", "native_bf16", "pick_device", "pick_dtype",
-           "pick_condition", "pick_cross_dtype", "pick_encoder_dtype", "pick_quantize", "pick_text_only", "resolve_modes", "TIMESTAMPS_SPLITS"]
+           "pick_condition", "pick_cross_dtype", "pick_encoder_dtype", "pick_quantize", "pick_text_only", "resolve_modes"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TRACED_SOURCES = [m.__file__ for m in (batch_module, beam, compiled, decode, features, model_module)]  # the cache key
@@ -97,24 +97,23 @@ def pick_cross_dtype(quantized: str | None, encoder_dtype: torch.dtype, dtype: t
     return torch.bfloat16 if native else dtype
 
 
-def pick_text_only(without_timestamps: bool | None, device: torch.device) -> bool:
+def pick_text_only(without_timestamps: bool | None, split: str = "silence") -> bool:
     """Whether windows are decoded as text only (openai-whisper's without_timestamps). None
-    (auto): text only on a CPU, Whisper's timestamp tokens elsewhere.
+    (auto): text only where windows end in pauses (`split` "silence"), on every device;
+    Whisper's timestamp tokens where they are cut every 30 s ("fixed").
 
     Text only, each window is one segment: no window tail is decoded again and a batch takes
     fewer steps. On 2 cores (tiny.en, copperfield, 26:09, beam 5, one run) the whole process
     took 43.5 s against 91.0 s with timestamps and prompts, and over five long files the WER was
-    lower, 8.62% against 9.21% in fp16 (docs/benchmarks.md). On a GPU, where a step costs
-    little, the timestamp tokens stay.
+    lower, 8.62% against 9.21% in fp16. On an H100 the three books (46:49) took 11.1 s as a whole
+    process against 13.5 s, words for the subtitles included, at 11.91% against 12.59% (beam 5;
+    greedy 9.3 s against 10.5 s, 13.85% against 14.11%; docs/benchmarks.md).
 
     A window cut in the middle of speech often ends early in text only: with windows cut every
     30 s (--split fixed), copperfield's WER was 46.9% at beam 5 (47.5% greedy; 17 of 50 windows
     under a word a second) against 13.9% with timestamps (14.7% greedy), which carry such a
-    window's tail into the next (docs/accuracy.md). So fixed windows take timestamps unless text only is asked for (TIMESTAMPS_SPLITS)."""
-    return device.type == "cpu" if without_timestamps is None else without_timestamps
-
-
-TIMESTAMPS_SPLITS = ("fixed",)  # window cuts where the automatic mode is timestamps (pick_text_only)
+    window's tail into the next (docs/accuracy.md)."""
+    return split == "silence" if without_timestamps is None else without_timestamps
 
 
 def pick_condition(condition: bool | None, text_only: bool) -> bool:
@@ -125,9 +124,10 @@ def pick_condition(condition: bool | None, text_only: bool) -> bool:
     return not text_only if condition is None else condition
 
 
-def resolve_modes(options: EngineOptions, device: torch.device) -> EngineOptions:
-    """The options with text only and prompts decided for `device` (pick_text_only, pick_condition)."""
-    text_only = pick_text_only(options.decoding.without_timestamps, device)
+def resolve_modes(options: EngineOptions) -> EngineOptions:
+    """The options with text only and prompts decided (pick_text_only, pick_condition), for
+    windows that end in pauses; the caller decides for fixed windows."""
+    text_only = pick_text_only(options.decoding.without_timestamps)
     return replace(options, decoding=replace(options.decoding, without_timestamps=text_only),
                    condition_on_previous_text=pick_condition(options.condition_on_previous_text, text_only))  # fmt: skip
 
@@ -170,7 +170,7 @@ class Engine:
     def __init__(self, options: EngineOptions = EngineOptions(), model: Whisper | None = None, on_status=None):
         """on_status(line), if given, hears what compilation is about to do (wtx.compiled)."""
         self.device = pick_device(options.device)
-        options = self.options = resolve_modes(options, self.device)
+        options = self.options = resolve_modes(options)
         # a given model runs in its own dtype unless one is asked for
         self.dtype = model.dtype if model is not None and options.dtype in (None, "auto") else pick_dtype(options.dtype, self.device)
         if self.device.type == "cuda":

@@ -228,7 +228,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
 def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: ReadAhead) -> int:
     import torch
 
-    from wtx.engine import TIMESTAMPS_SPLITS, pick_device
+    from wtx.engine import pick_device, pick_text_only
     from wtx.options import DecodingOptions, EngineOptions
 
     if job.threads:
@@ -241,8 +241,7 @@ def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: Re
         model=job.model, device=job.device, dtype=job.dtype, quantize=job.quantize, batch_size=job.batch_size,
         decoding=DecodingOptions(task=job.task, language=job.language, beam_size=job.beam_size, best_of=job.best_of,
                                  patience=job.patience, length_penalty=job.length_penalty,
-                                 without_timestamps=False if job.split in TIMESTAMPS_SPLITS and job.without_timestamps is None
-                                 else job.without_timestamps),
+                                 without_timestamps=pick_text_only(job.without_timestamps, job.split)),
         compile=compile, cuda_graph=job.cuda_graphs,
         strict=job.strict, condition_on_previous_text=job.condition,
     )  # fmt: skip
