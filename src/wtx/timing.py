@@ -79,7 +79,8 @@ def dtw(cost: torch.Tensor) -> torch.Tensor:
     Costs add up in float64 (as whisper's numba dtw does on the CPU, the reference), one
     anti-diagonal of the (N + 1) x (M + 1) table at a time: every
     cell of a diagonal depends only on the two before it, so a step is a few tensor operations
-    over the whole batch. A matrix smaller than [N, M] is padded anywhere below or right of it:
+    over the whole batch (three diagonals in turn in three buffers, the steps' choices written in
+    place). A matrix smaller than [N, M] is padded anywhere below or right of it:
     its cells never depend on the padding. Returns the steps taken [N + M + 1, B, N + 1] (int8,
     indexed by diagonal and row), for `backtrace`."""
     b, n, m = cost.shape
@@ -89,18 +90,24 @@ def dtw(cost: torch.Tensor) -> torch.Tensor:
     columns = diagonals[:, None] - rows[None, :]  # [K, N]: the column of row i on diagonal k
     inside = (columns >= 1) & (columns <= m)
     skewed = cost[:, rows[None, :] - 1, (columns - 1).clamp(0, m - 1)]  # [B, K, N]
-    skewed = skewed.masked_fill(~inside, float("inf"))
-    inf = torch.full((b, 1), float("inf"), dtype=torch.float64, device=device)
-    before_last = torch.cat([torch.zeros_like(inf), inf.expand(b, n)], dim=1)  # diagonal 0: cell (0, 0)
-    last = inf.expand(b, n + 1)  # diagonal 1
-    trace = torch.full((n + m + 1, b, n + 1), 2, dtype=torch.int8, device=device)
+    skewed = skewed.masked_fill(~inside, float("inf")).transpose(0, 1).contiguous()  # [K, B, N]
+    # diagonal k's costs, cell (i, k - i) at [:, i], in buffers[k % 3]; diagonal 0 is cell (0, 0)
+    buffers = [torch.full((b, n + 1), float("inf"), dtype=torch.float64, device=device) for _ in range(3)]
+    buffers[0][:, 0] = 0
+    diagonal = torch.zeros((n + m + 1, b, n), dtype=torch.bool, device=device)
+    down = torch.zeros((n + m + 1, b, n), dtype=torch.bool, device=device)
     for k in range(2, n + m + 1):
+        before_last, last, new = buffers[(k - 2) % 3], buffers[(k - 1) % 3], buffers[k % 3]
+        if k == 3:
+            new[:, 0] = float("inf")  # it held cell (0, 0)
         c0, c1, c2 = before_last[:, :-1], last[:, :-1], last[:, 1:]  # from (i-1, j-1), (i-1, j), (i, j-1)
-        diagonal = (c0 < c1) & (c0 < c2)
-        down = ~diagonal & (c1 < c0) & (c1 < c2)
-        best = torch.where(diagonal, c0, torch.where(down, c1, c2))
-        trace[k, :, 1:] = torch.where(diagonal, 0, torch.where(down, 1, 2)).to(torch.int8)
-        before_last, last = last, torch.cat([inf, skewed[:, k] + best], dim=1)
+        took_diagonal = torch.lt(c0, c1, out=diagonal[k])
+        took_diagonal &= c0 < c2
+        took_down = torch.lt(c1, c0, out=down[k])  # c1 < c0 rules out the diagonal
+        took_down &= c1 < c2
+        torch.add(skewed[k], torch.where(took_diagonal, c0, torch.where(took_down, c1, c2)), out=new[:, 1:])
+    trace = torch.full((n + m + 1, b, n + 1), 2, dtype=torch.int8, device=device)  # 2: right
+    trace[:, :, 1:] -= 2 * diagonal.to(torch.int8) + down.to(torch.int8)  # 0: diagonal, 1: down
     return trace
 
 
