@@ -70,17 +70,15 @@ def test_a_windows_words_are_the_same_beside_any_neighbours(alone):
     engine = wtx.load_model("tiny.en", device="cpu", batch_size=4, vad=False).engine  # the CPU's defaults: int8 logits, bf16 K/V
     windows = list(itertools.islice(fixed_windows(stream_samples(str(shared_file("audio/lj001_0001-0032_concat.flac")))), 8))
     assert len(windows) == 8
-    engine.align.alone = alone
-    try:
-        def words(*groups):
-            recordings = [Recording(str(i), group) for i, group in enumerate(groups)]
-            events = engine.scheduler(word_timestamps=True).run(recordings, ordered=True)
-            done = [e.result for e in events if isinstance(e, WindowDone)]
-            return {r.window.offset: [(w.word, w.start, w.end, w.probability) for s in r.segments for w in s.words] for r in done}
+    engine.align.alone = alone  # this test's own engine
 
-        first, second = words(windows[:4], windows[4:]), words(windows[:1], windows[5:])
-    finally:
-        engine.align.alone = engine.batch.device.type == "cpu"
+    def words(*groups):
+        recordings = [Recording(str(i), group) for i, group in enumerate(groups)]
+        events = engine.scheduler(word_timestamps=True).run(recordings, ordered=True)
+        done = [e.result for e in events if isinstance(e, WindowDone)]
+        return {r.window.offset: [(w.word, w.start, w.end, w.probability) for s in r.segments for w in s.words] for r in done}
+
+    first, second = words(windows[:4], windows[4:]), words(windows[:1], windows[5:])
     assert sum(map(len, first.values())) > 100
     for offset, timed in second.items():
         assert timed == first[offset], offset

@@ -64,11 +64,13 @@ class Model:
         A file that cannot be decoded raises
         wtx.errors.AudioError when the segments are iterated (for a multilingual model without
         a language, when its first window is read for language detection: here)."""
+        from wtx.engine import pick_text_only
         from wtx.pipeline import AudioReader
 
         if split not in ("silence", "fixed"):
             raise ValueError(f"unknown split {split!r}: choose silence or fixed")
-        if split == "fixed" and self.text_only_asked is None and self.engine.options.decoding.without_timestamps:
+        automatic = self.text_only_asked is None  # load_model resolved it for windows that end in pauses
+        if automatic and self.engine.options.decoding.without_timestamps and not pick_text_only(None, split):
             raise ValueError("split='fixed' cuts windows in the middle of speech, where text only often ends them "
                              "early (docs/accuracy.md): load the model with without_timestamps=False, or with "
                              "without_timestamps=True to keep text only")  # fmt: skip
