@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,31 @@ def test_ray_usage_errors(args, hint):
     result = run_wtx("transcribe", str(SAMPLE), *args)
     assert result.returncode == 2
     assert hint in result.stderr.decode()
+
+
+LOCKED_BUILD = """
+import sys, time
+from wtx.cluster import compile_lock
+with compile_lock(True):
+    start = time.time()
+    time.sleep(float(sys.argv[1]))
+print(start, time.time())
+"""
+
+
+def test_the_first_worker_builds_alone_and_the_others_side_by_side(tmp_path):
+    """compile_lock: while the first worker on a node builds (compiles) its engine, the others
+    wait; once it is done they build theirs at the same time (they only load what it saved)."""
+    env = {**os.environ, "WTX_CACHE_DIR": str(tmp_path / "cache")}
+
+    def start(seconds):
+        return subprocess.Popen([sys.executable, "-c", LOCKED_BUILD, str(seconds)], stdout=subprocess.PIPE, text=True, env=env)
+
+    first = start(1.5)
+    time.sleep(0.5)  # the first holds the lock
+    others = [start(1.5) for _ in range(2)]
+    spans = [tuple(map(float, p.communicate(timeout=60)[0].split())) for p in (first, *others)]
+    (first_start, first_end), *rest = spans
+    assert all(begin >= first_end - 0.05 for begin, _ in rest), spans  # they waited for the first
+    (a_start, a_end), (b_start, b_end) = rest
+    assert max(a_start, b_start) < min(a_end, b_end), spans  # and then overlapped

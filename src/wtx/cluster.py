@@ -136,8 +136,14 @@ def probe(ray, engine: EngineOptions) -> Resolved:
 
 
 @contextlib.contextmanager
-def _compile_lock(enabled: bool):
-    """One worker per node compiles at a time; the others then load what it saved."""
+def compile_lock(enabled: bool):
+    """The first worker on a node to start builds its engine alone; the others wait for it,
+    then build theirs side by side.
+
+    The first compiles (on a cold cache) and saves what it compiled; the others then only load
+    it, and loading, seconds per worker, is what every GPU's worker does at once: one at a time,
+    eight GPUs' workers would start a minute apart. The first holds the lock file exclusively,
+    the others share it (flock)."""
     if not enabled:
         yield
         return
@@ -146,7 +152,10 @@ def _compile_lock(enabled: bool):
     folder = private_dir(cache_dir())
     fd = os.open(folder / "compile.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a worker holds it: wait until the first is done
+            fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)
@@ -175,7 +184,7 @@ class ChunkDecoder:
 
         started = time.perf_counter()
         torch.set_num_threads(settings.threads)
-        with _compile_lock(settings.engine.compile):
+        with compile_lock(settings.engine.compile):
             engine = Engine(settings.engine)
         self.detector = load_detector(engine.device) if settings.vad else None
         self.crash = settings.crash
