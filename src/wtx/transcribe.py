@@ -226,6 +226,12 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
 
 
 def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: ReadAhead) -> int:
+    # every input's duration from its header (for the progress bar and the checks after
+    # reading), asked of ffmpeg a few at a time while torch and the model load: one after
+    # another, 60 short clips took 6 s on 2 cores before the first window could decode
+    probes = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="wtx-probe")
+    probing = {i.path: probes.submit(probe_duration, i.path) for i in inputs}
+    probes.shutdown(wait=False)  # its threads finish the probes, then end
     import torch
 
     from wtx.engine import pick_device, pick_text_only
@@ -233,8 +239,6 @@ def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: Re
 
     if job.threads:
         torch.set_num_threads(job.threads)
-    durations = {i.path: probe_duration(i.path) for i in inputs}
-    known = [d for d in durations.values() if d is not None]
     # on Ray the workers' device decides (_ray_backend)
     compile = job.compile if job.ray is not None else _compiles_on(pick_device(job.device).type, job)
     options = EngineOptions(
@@ -252,6 +256,8 @@ def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: Re
             backend = _ray_backend(options, job, stack)
         if isinstance(backend, int):
             return backend
+        durations = {path: probe.result() for path, probe in probing.items()}
+        known = [d for d in durations.values() if d is not None]
         return _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend, job, readahead)
 
 
