@@ -2,9 +2,11 @@
 a driver's (tiny.en on the CPU, local Ray with two workers)."""
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -164,28 +166,54 @@ def test_ray_usage_errors(args, hint):
 
 
 LOCKED_BUILD = """
-import sys, time
+import sys
 from wtx.cluster import compile_lock
+print("started", flush=True)
 with compile_lock(True):
-    start = time.time()
-    time.sleep(float(sys.argv[1]))
-print(start, time.time())
+    print("holds the lock", flush=True)
+    sys.stdin.readline()  # until the test lets go
 """
+
+
+class _Worker:
+    """A process running LOCKED_BUILD, its lines read as they come."""
+
+    def __init__(self, env: dict):
+        self.process = subprocess.Popen([sys.executable, "-c", LOCKED_BUILD], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line.strip()) for line in self.process.stdout], daemon=True).start()
+
+    def line(self, timeout: float = 60.0) -> str | None:
+        """The next line it prints, or None if none comes within `timeout` seconds."""
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
 
 
 def test_the_first_worker_builds_alone_and_the_others_side_by_side(tmp_path):
     """compile_lock: while the first worker on a node builds (compiles) its engine, the others
     wait; once it is done they build theirs at the same time (they only load what it saved)."""
     env = {**os.environ, "WTX_CACHE_DIR": str(tmp_path / "cache")}
+    workers: list[_Worker] = []
 
-    def start(seconds):
-        return subprocess.Popen([sys.executable, "-c", LOCKED_BUILD, str(seconds)], stdout=subprocess.PIPE, text=True, env=env)
+    def start() -> _Worker:
+        workers.append(_Worker(env))
+        assert workers[-1].line() == "started"
+        return workers[-1]
 
-    first = start(1.5)
-    time.sleep(0.5)  # the first holds the lock
-    others = [start(1.5) for _ in range(2)]
-    spans = [tuple(map(float, p.communicate(timeout=60)[0].split())) for p in (first, *others)]
-    (first_start, first_end), *rest = spans
-    assert all(begin >= first_end - 0.05 for begin, _ in rest), spans  # they waited for the first
-    (a_start, a_end), (b_start, b_end) = rest
-    assert max(a_start, b_start) < min(a_end, b_end), spans  # and then overlapped
+    try:
+        first = start()
+        assert first.line() == "holds the lock"
+        others = [start(), start()]
+        time.sleep(1.0)  # both are in compile_lock now
+        assert [o.line(timeout=0.5) for o in others] == [None, None], "they did not wait for the first"
+        first.process.stdin.write("\n")
+        first.process.stdin.close()
+        # both hold it at once (neither has been let go): the lock is shared after the first
+        assert [o.line() for o in others] == ["holds the lock"] * 2
+    finally:
+        for worker in workers:
+            worker.process.kill()
+            worker.process.wait()
