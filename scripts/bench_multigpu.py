@@ -20,6 +20,7 @@ Without CUDA, the counts are CPU workers (`--workers N`), and the killed worker 
 """
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -39,14 +40,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench_ray import differing, digests, outputs, worker_lines  # noqa: E402
+from read_speed import read  # noqa: E402
 
-SAMPLE_RATE = 16000
 ROWS_USED = re.compile(r"([\d.]+)% of rows used")
 
 
 def make_job(books: list[str], hours: float, clips: int, folder: Path) -> tuple[list[Path], float]:
     """Copies of the books until `hours`, and `clips` WAV clips cut from them: (files, audio seconds)."""
-    from wtx.audio import load_audio
+    from wtx.audio import SAMPLE_RATE, load_audio
 
     folder.mkdir(parents=True)
     audio = {book: load_audio(book) for book in books}
@@ -72,21 +73,12 @@ def make_job(books: list[str], hours: float, clips: int, folder: Path) -> tuple[
     return files, seconds
 
 
-def _read(path: str) -> float:
-    """One file decoded and cut into windows, as a worker's input stage does: its audio seconds."""
-    from wtx.pipeline import AudioReader
-
-    reader = AudioReader(path, "silence", None)
-    for _ in reader:
-        pass
-    return reader.seconds
-
-
 def cpu_stage(files: list[Path]) -> dict:
     """Decoding and cutting every file of the job, one process per core (no voice detection)."""
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(os.cpu_count()) as pool:
-        audio = sum(pool.map(_read, [str(f) for f in files], chunksize=1))
+        passes = pool.map(functools.partial(read, split="silence", detector=None), [str(f) for f in files], chunksize=1)
+    audio = sum(seconds for _, seconds, _ in passes)
     wall = time.perf_counter() - started
     return {"processes": os.cpu_count(), "wall_s": round(wall, 2), "audio_s": round(audio, 1),
             "audio_per_s": round(audio / wall, 1)}  # fmt: skip
@@ -137,6 +129,8 @@ def run(job: Path, count: int, gpus: int, extra: list[str], out: Path, kill_at: 
     started = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
+    if kill_at is not None:
+        timer.cancel()  # a job that ended first kills nothing afterwards
     utilisation: dict[str, list[float]] = {}
     if sampler is not None:
         sampler.send_signal(signal.SIGINT)
