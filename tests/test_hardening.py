@@ -521,6 +521,34 @@ def test_the_detector_keeps_speech_and_drops_noise():
     assert [w.index for w in speech_windows(windows, detector)] == [0]
 
 
+def test_a_windows_speech_scores_do_not_depend_on_the_windows_beside_it():
+    """What lets the scheduler (and Ray's workers) fill the detector's groups with windows of
+    several files: a window's frame scores are the same bits alone in a padded group, at another
+    row among other windows, and with another file's windows beside it."""
+    import numpy as np
+    import torch
+
+    from tests.conftest import shared_file
+    from wtx.audio import N_SAMPLES, load_audio, pad_window
+    from wtx.vad import load_detector
+
+    detector = load_detector()
+    speech = pad_window(load_audio(str(shared_file("audio/jfk.flac"))))
+    rng = np.random.default_rng(1)
+    others = (0.2 * rng.standard_normal((detector.group, N_SAMPLES))).astype(np.float32)
+
+    def scores(rows: np.ndarray, row: int):
+        frames = detector.probabilities(rows.reshape(detector.group * detector.parts, -1))
+        return frames.reshape(detector.group, -1)[row]
+
+    alone = np.zeros((detector.group, N_SAMPLES), dtype=np.float32)
+    alone[0] = speech
+    among = others.copy()
+    among[detector.group // 2 + 1] = speech
+    assert (scores(alone, 0) > 0.5).sum() > 100  # it holds speech
+    assert torch.equal(scores(alone, 0), scores(among, detector.group // 2 + 1))
+
+
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_waits_until_outputs_and_journal_agree(sig):
     """Ctrl-C or SIGTERM while an input's outputs are written and its journal removed takes effect

@@ -107,6 +107,52 @@ def test_a_file_whose_audio_fails_midway_fails_alone(tokenizer):
     assert [i for i, _ in texts["a"]] == [0, 1, 2] and [i for i, _ in texts["c"]] == [0, 1]
 
 
+class Detector:
+    """A scripted voice-activity detector: a window holds speech where its first sample is 1."""
+
+    group = 4
+
+    def __init__(self):
+        self.calls = []
+
+    def speech(self, windows):
+        assert 0 < len(windows) <= self.group
+        self.calls.append([w.offset for w in windows])
+        return [bool(w.samples[0]) for w in windows]
+
+
+def marked(n: int, start: float, speech: set[int]) -> list[Window]:
+    return [Window(w.index, w.offset, w.duration, np.full(N_SAMPLES, float(w.index in speech), dtype=np.float32))
+            for w in windows(n, start)]  # fmt: skip
+
+
+def test_speech_is_scored_in_groups_that_run_across_recordings(tokenizer):
+    """Short files fill the detector's groups together (one padded group per file would score
+    each clip as a whole group); windows without speech are never decoded, a recording whose
+    windows are all dropped is still done, and a failing one fails alone."""
+
+    def broken():
+        yield from marked(2, 4000.0, {0, 1})
+        raise AudioError("e.mp3: ffmpeg cannot decode it: truncated")
+
+    recordings = [Recording("a", marked(1, 0.0, {0})), Recording("b", marked(2, 1000.0, {1})),
+                  Recording("c", marked(3, 2000.0, {0, 2})), Recording("d", marked(1, 3000.0, set())),
+                  Recording("e", broken()), Recording("f", marked(1, 5000.0, {0}))]  # fmt: skip
+    detector = Detector()
+    decoder = Decoder(tokenizer)
+    scheduler = StreamScheduler(decoder, tokenizer, StreamOptions(batch_size=2))
+    events = list(scheduler.run(recordings, ordered=True, detector=detector))
+    assert detector.calls == [[0.0, 1000.0, 1030.0, 2000.0], [2030.0, 2060.0, 3000.0, 4000.0], [4030.0, 5000.0]]
+    decoded = {}
+    for event in events:
+        if isinstance(event, WindowDone):
+            decoded.setdefault(event.key, []).append(event.result.window.index)
+    assert decoded == {"a": [0], "b": [1], "c": [0, 2], "e": [0, 1], "f": [0]}
+    errors = {e.key: e.error for e in events if isinstance(e, RecordingDone)}
+    assert sorted(errors) == ["a", "b", "c", "d", "e", "f"]
+    assert isinstance(errors.pop("e"), AudioError) and set(errors.values()) == {None}
+
+
 def test_a_served_recording_without_windows_is_done_without_waiting_for_more(tokenizer):
     """A worker's chunk whose windows were all dropped as silence: its RecordingDone comes while
     the feed stays open (the call waiting on it is the last one), and a later chunk still runs."""

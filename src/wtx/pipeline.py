@@ -1,9 +1,11 @@
 """From an input to the windows the scheduler decodes: audio -> windows -> speech windows.
 
 The same path for the CLI, the Python API and the scripts: ffmpeg decodes the input streamed,
-`split` cuts windows that end in pauses (silence skipped), and the voice-activity detector drops
-windows without speech. Windows already journaled are left out only after that, so a resumed run
-scores the same groups as an uninterrupted one.
+`split` cuts windows that end in pauses (silence skipped), and a voice-activity detector, where
+given, drops windows without speech, in groups of this input's windows (`Model.transcribe`). The
+CLI gives none: its scheduler scores the windows of all inputs in shared groups
+(wtx.streams._speech_only), after the journaled ones were left out here; a window's score does
+not depend on the windows beside it, so the decisions are the same either way.
 """
 
 from collections.abc import Callable, Iterable, Iterator

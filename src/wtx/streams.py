@@ -124,10 +124,15 @@ class StreamScheduler:
         """Windows per chunk (chunk_span)."""
         return chunk_span(self.options.max_prompt, self.options.stream_windows)
 
-    def run(self, recordings: Iterable[Recording], ordered: bool = True) -> Iterator[WindowDone | RecordingDone]:
+    def run(self, recordings: Iterable[Recording], ordered: bool = True, detector=None) -> Iterator[WindowDone | RecordingDone]:
         """Decodes every recording's windows; yields each window's result (per recording in window
-        order, or with `ordered=False` as soon as it is complete) and then its RecordingDone."""
-        items = prefetch(_read(recordings), depth=2 * self.options.batch_size)
+        order, or with `ordered=False` as soon as it is complete) and then its RecordingDone.
+        With a `detector` (wtx.vad.SpeechDetector), windows without speech are dropped as they
+        are read (`_speech_only`)."""
+        items = _read(recordings)
+        if detector is not None:
+            items = _speech_only(items, detector)
+        items = prefetch(items, depth=2 * self.options.batch_size)
         return self._loop(_Chunks(lambda block: next(items, None), self), ordered)
 
     def serve(self, feed: Queue) -> Iterator[WindowDone | RecordingDone]:
@@ -265,6 +270,31 @@ def _read(recordings: Iterable[Recording]) -> Iterator[tuple]:
             yield recording, e
             continue
         yield recording, _END
+
+
+def _speech_only(items: Iterator[tuple], detector) -> Iterator[tuple]:
+    """The read-ahead items without the windows that hold no speech. The detector scores its
+    groups of windows across recordings, so a folder of short clips fills every group instead of
+    padding one group per clip: a window's score depends on the group's fixed shape, not on the
+    windows beside it, so a file's decisions are the same alone or among others, resumed or not.
+    A recording's end (or error) waits with its last windows until their group is scored."""
+    held: list[tuple] = []
+    windows = 0
+    for item in items:
+        held.append(item)
+        windows += isinstance(item[1], Window)
+        if windows == detector.group:
+            yield from _scored(held, detector)
+            held, windows = [], 0
+    yield from _scored(held, detector)
+
+
+def _scored(held: list[tuple], detector) -> Iterator[tuple]:
+    windows = [payload for _, payload in held if isinstance(payload, Window)]
+    speech = iter(detector.speech(windows) if windows else ())
+    for item in held:
+        if not isinstance(item[1], Window) or next(speech):
+            yield item
 
 
 def _feed_items(feed: Queue) -> Callable[[bool], object]:

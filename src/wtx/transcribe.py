@@ -272,7 +272,6 @@ class _Backend:
     vad: bool
     threads: int | None  # torch's CPU threads, on a CPU
     events: Callable[[Iterator[Recording]], Iterator]  # recordings -> the scheduler's events
-    detector: object = None  # voice-activity detection as windows are read (on Ray: by the workers)
     stock: object = None  # --compare-eager: stock openai-whisper, and the engine it compares with
     engine: object = None
     stdout: object = None  # where data goes (None: sys.stdout)
@@ -364,8 +363,8 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     return _Backend(
         engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
-        lambda recordings: model.run(recordings, ordered=False, word_timestamps=words),
-        detector, stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
+        lambda recordings: model.run(recordings, ordered=False, word_timestamps=words, vad=True),
+        stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
         without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
         word_timestamps=words, vnni=has_vnni(),
     )  # fmt: skip
@@ -605,7 +604,7 @@ class _Run:
         self.job, self.plan, self.durations, self.config = job, plan, durations, config
         self.read = read
         self.progress, self.baselines = progress, baselines
-        self.detector, self.stdout = backend.detector, backend.stdout  # detector: None where workers run it
+        self.stdout = backend.stdout
         self.inputs: dict[str, _Input] = {}
         self.order: list[str] = []
         self.finished: dict[str, object] = {}  # stdout: transcripts waiting for earlier inputs
@@ -636,7 +635,7 @@ class _Run:
             if state.journal.entries:
                 self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
             state.done = dict(state.journal.entries)
-        state.reader = AudioReader(source, job.split, self.detector, skip=state.done, read=self.read)
+        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read)  # speech: the scheduler's
         prompts = {index: entry.prompt for index, entry in state.done.items()}
         ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language

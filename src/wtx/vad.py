@@ -7,7 +7,9 @@ seconds of 32 ms frames above THRESHOLD speech probability is dropped, as silenc
 keep their index and offset, so times and resumes are unchanged.
 
 Windows are scored in groups of GROUP, padded with silence to a fixed batch, so a window's
-score does not depend on where a group boundary falls or on how many windows are left. Where
+score does not depend on where a group boundary falls or on how many windows are left; a row's
+score depends only on that shape, not on the windows beside it, so the CLI's scheduler and Ray's
+workers fill groups with the windows of several inputs (wtx.streams._speech_only). Where
 the package is not installed, the energy rules of `split` (silence is skipped) are all there
 is, and the caller says so.
 """
