@@ -186,6 +186,26 @@ def test_api_segments_carry_words():
     assert [s.text for s in plain] == [s.text for s in segments]  # words never change the text
 
 
+def test_words_without_their_probabilities_keep_their_times():
+    """Where no output shows the words' probabilities (only .json does), they are not computed:
+    the same words at the same times, bit for bit, with NaN for each probability."""
+    import math
+
+    import wtx
+
+    model = wtx.load_model("tiny.en", device="cpu", batch_size=2, beam_size=1, vad=False)
+    windows = list(fixed_windows(stream_samples(str(shared_file("audio/jfk.flac")))))
+
+    def words(probabilities: bool):
+        events = model.run([Recording("jfk", windows)], ordered=True, word_timestamps=True, word_probabilities=probabilities)
+        return [w for e in events if isinstance(e, WindowDone) for s in e.result.segments for w in s.words]
+
+    with_them, without = words(True), words(False)
+    assert len(with_them) > 15 and all(0 < w.probability <= 1 for w in with_them)
+    assert [(w.word, w.start, w.end) for w in without] == [(w.word, w.start, w.end) for w in with_them]
+    assert all(math.isnan(w.probability) for w in without)
+
+
 def test_words_survive_the_journal(tmp_path):
     """A resumed run writes the words of the windows journaled before the interruption."""
     from wtx.journal import Entry, Journal

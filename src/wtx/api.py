@@ -48,14 +48,15 @@ class Model:
                 "decoding": asdict(o.decoding)}  # fmt: skip
 
     def run(self, recordings: Iterable[Recording], ordered: bool = False, word_timestamps: bool = False,
-            vad: bool = False) -> Iterator[WindowDone | RecordingDone]:  # fmt: skip
+            vad: bool = False, word_probabilities: bool = True) -> Iterator[WindowDone | RecordingDone]:  # fmt: skip
         """Every recording's windows through one scheduler: WindowDone events (per recording in
         window order with `ordered`, else as each completes), then each RecordingDone. With
         `vad`, the model's voice-activity detector drops the windows without speech as they are
         read, scoring them in groups that run across recordings (windows from an AudioReader
-        without a detector); without it, the windows are decoded as given."""
+        without a detector); without it, the windows are decoded as given. With
+        `word_probabilities=False` timed words carry NaN probabilities (faster)."""
         detector = self.detector if vad else None
-        return self.engine.scheduler(word_timestamps).run(recordings, ordered, detector)
+        return self.engine.scheduler(word_timestamps, word_probabilities).run(recordings, ordered, detector)
 
     def transcribe(self, audio: str | np.ndarray, split: str = "silence",
                    word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip

@@ -59,6 +59,7 @@ class Settings:
     vad: bool
     word_timestamps: bool
     crash: str | None = None
+    word_probabilities: bool = True  # with word_timestamps: computed (else NaN; only .json shows them)
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ class ChunkDecoder:
         self.lock = threading.Lock()  # the call counter and the detector
         self.count = 0
         self.error: BaseException | None = None
-        self.scheduler = scheduler = engine.scheduler(settings.word_timestamps)
+        self.scheduler = scheduler = engine.scheduler(settings.word_timestamps, settings.word_probabilities)
         threading.Thread(target=self._serve, args=(scheduler,), name="wtx-serve", daemon=True).start()
         report = engine.compile_report
         self.ready = time.perf_counter()

@@ -14,6 +14,7 @@ recordings (wtx.streams).
 
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -219,9 +220,10 @@ class Engine:
         """Up to batch_size windows decoded at once (see BatchDecoder.decode)."""
         return self.batch.decode(windows, prompts, temperatures, languages)
 
-    def scheduler(self, word_timestamps: bool = False) -> StreamScheduler:
+    def scheduler(self, word_timestamps: bool = False, word_probabilities: bool = True) -> StreamScheduler:
         """The stream scheduler over this engine's batches (see wtx.streams); with
-        word_timestamps, every kept window's segments get their words (wtx.timing)."""
+        word_timestamps, every kept window's segments get their words (wtx.timing), with their
+        probabilities unless `word_probabilities` is False (then NaN)."""
         options = StreamOptions(
             batch_size=self.options.batch_size, max_prompt=self.max_prompt,
             stream_windows=self.options.stream_windows, seek_tails=self.options.seek_tails,
@@ -232,7 +234,7 @@ class Engine:
             return self.decode_batch(windows, prompts=prompts, temperatures=temperatures, languages=languages)
 
         detect = self.detect_language if self.dims.is_multilingual else None
-        align = self.align if word_timestamps else None
+        align = partial(self.align, probabilities=word_probabilities) if word_timestamps else None
         return StreamScheduler(decode, self.tokenizer, options, detect, align)
 
     def detect_language(self, window: Window) -> str:

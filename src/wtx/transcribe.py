@@ -280,6 +280,7 @@ class _Backend:
     without_timestamps: bool = False  # text only, as resolved for the device (engine.pick_text_only)
     condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
     word_timestamps: bool = False  # every word timed (_times_words)
+    word_probabilities: bool = True  # and its probability computed (_shows_probabilities)
     vnni: bool = False  # the decoding CPU has VNNI: how int8 logits are computed (quantize.int8_kind)
 
 
@@ -300,6 +301,11 @@ def _times_words(job: Job, without_timestamps: bool) -> bool:
     if job.word_timestamps is not None:
         return job.word_timestamps
     return without_timestamps and any(f in ("srt", "vtt") for f in job.formats)
+
+
+def _shows_probabilities(job: Job) -> bool:
+    """Whether an output shows the words' probabilities (.json does); else they are not computed."""
+    return "json" in job.formats
 
 
 def _modes_note(without_timestamps: bool, condition: bool) -> str:
@@ -363,10 +369,11 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     return _Backend(
         engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
-        lambda recordings: model.run(recordings, ordered=False, word_timestamps=words, vad=True),
+        lambda recordings: model.run(recordings, ordered=False, word_timestamps=words, vad=True,
+                                     word_probabilities=_shows_probabilities(job)),
         stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
         without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
-        word_timestamps=words, vnni=has_vnni(),
+        word_timestamps=words, word_probabilities=_shows_probabilities(job), vnni=has_vnni(),
     )  # fmt: skip
 
 
@@ -419,7 +426,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     # worker's CPUs), though only a CPU's count is part of what the journal calls the same run
     words = _times_words(job, resolved.without_timestamps)
     settings = cluster.Settings(options, threads, job.vad and resolved.vad, words,
-                                os.environ.get(cluster.CRASH_ENV))  # fmt: skip
+                                os.environ.get(cluster.CRASH_ENV), _shows_probabilities(job))  # fmt: skip
     threads = threads if resolved.device == "cpu" else None
     if job.vad and not resolved.vad:
         from wtx.vad import INSTALL
@@ -445,7 +452,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
                     events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype),
                     without_timestamps=resolved.without_timestamps, condition=resolved.condition, word_timestamps=words,
-                    vnni=resolved.vnni)  # fmt: skip
+                    word_probabilities=_shows_probabilities(job), vnni=resolved.vnni)  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -495,6 +502,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
+              "word_probabilities": backend.word_timestamps and backend.word_probabilities,
               "without_timestamps": backend.without_timestamps}  # fmt: skip
     stock, engine = backend.stock, backend.engine
 
