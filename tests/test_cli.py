@@ -23,6 +23,7 @@ def test_help_explains_every_transcribe_flag():
     for flag in ("--model", "--output-dir", "--format", "--language", "--task", "--batch-size",
                  "--device", "--dtype", "--threads", "--quiet"):  # fmt: skip
         assert flag in text
+    assert "pip install 'wtx[ray]'" in " ".join(text.replace("│", " ").split())  # not eaten as markup
 
 
 def test_missing_path_is_a_usage_error(tmp_path):

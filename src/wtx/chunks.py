@@ -21,7 +21,7 @@ from wtx.segments import WindowResult
 class FilePlan:
     key: str  # the input's path, as the driver names it
     split: str
-    span: int  # windows per chunk (wtx.streams.chunk_span of its duration)
+    span: int  # windows per chunk (wtx.streams.chunk_span)
     language: str | None
     skip: frozenset = frozenset()  # journaled windows: not decoded again
     prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
