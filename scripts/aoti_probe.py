@@ -95,6 +95,14 @@ for name, (_, ep) in funcs.items():
     paths[name] = torch._inductor.aoti_compile_and_package(ep, package_path=str(out / f"{name}.pt2"))
     report[f"aoti_compile_{name}_s"] = round(time.perf_counter() - t, 1)
     print(name, "compiled in", report[f"aoti_compile_{name}_s"], "s,", os.path.getsize(paths[name]), "bytes", flush=True)
+# each package first in a fresh process, so a crash in the loader is reported rather than fatal here
+probe = "import sys, torch; torch.zeros(1, device=sys.argv[2]); torch._C._aoti.AOTIModelPackageLoader(sys.argv[1], 'model', False, 1, -1); print('loaded')"
+report["child_load"] = {}
+for n, path in paths.items():
+    r = subprocess.run([sys.executable, "-X", "faulthandler", "-c", probe, path, args.device], capture_output=True, text=True)
+    report["child_load"][n] = {"rc": r.returncode, "stdout": r.stdout[-200:], "stderr": r.stderr[-2000:]}
+    print(n, "in a fresh process: rc", r.returncode, r.stdout.strip()[-100:], r.stderr.strip()[-1500:], flush=True)
+(out / "report.json").write_text(json.dumps(report, indent=1))
 loaders = {n: torch._C._aoti.AOTIModelPackageLoader(p, "model", False, 1, 0 if args.device == "cuda" else -1) for n, p in paths.items()}
 report["constants"] = {n: l.get_constant_fqns() for n, l in loaders.items()}
 print("constants", report["constants"])

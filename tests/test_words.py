@@ -1,7 +1,10 @@
 """Word timestamps agree with stock openai-whisper's word_timestamps=True (tiny.en, fp32, CPU)."""
 
 import itertools
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -100,6 +103,48 @@ def test_dtw_takes_whisper_paths():
         theirs = dtw_cpu(m.copy())
         ours = backtrace(trace[:, i], *m.shape)
         assert np.array_equal(ours[0], theirs[0]) and np.array_equal(ours[1], theirs[1]), shapes[i]
+
+
+INTERPRETED_KERNEL = """
+import torch
+from wtx import dtw_kernel, timing
+
+generator = torch.Generator().manual_seed(0)
+for shape in [(1, 1, 1), (2, 1, 9), (2, 9, 1), (3, 5, 7), (2, 30, 200)]:
+    cost = torch.randn(*shape, dtype=torch.float64, generator=generator).round(decimals=1)  # many ties
+    assert torch.equal(dtw_kernel.dtw_steps(timing.skew(cost)), timing.dtw(cost)), shape
+"""
+
+
+def test_the_dtw_kernel_takes_the_loops_steps_in_tritons_interpreter():
+    """The GPU's DTW kernel (wtx.dtw_kernel), run by Triton's interpreter on the CPU: the same
+    steps as the tensor loop, bit for bit, on matrices with ties, from 1x1 up."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}  # read when Triton is imported: a process of its own
+    subprocess.run([sys.executable, "-c", INTERPRETED_KERNEL], env=env, check=True, timeout=300)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_gpu_dtw_kernel_takes_the_loops_steps():
+    """On a GPU, one Triton kernel does the DTW: the same steps as the tensor loop, bit for bit,
+    on random matrices with ties, from 1x1 to a full batch of 30 s windows."""
+    from wtx import dtw_kernel
+
+    if not dtw_kernel.usable(torch.device("cuda")):
+        pytest.skip("Triton is not installed")
+    generator = torch.Generator().manual_seed(0)
+    for shape in [(1, 1, 1), (2, 1, 9), (2, 9, 1), (3, 5, 7), (4, 30, 200), (32, 226, 1500)]:
+        cost = torch.randn(*shape, dtype=torch.float64, generator=generator).round(decimals=1)  # many ties
+        cuda = cost.cuda()
+        steps = dtw(cuda)
+        assert not dtw_kernel._failure, dtw_kernel._failure
+        dtw_kernel.triton, kept = None, dtw_kernel.triton  # the tensor loop, on the same device
+        try:
+            loop = dtw(cuda)
+        finally:
+            dtw_kernel.triton = kept
+        assert torch.equal(steps.cpu(), loop.cpu()) and torch.equal(steps.cpu(), dtw(cost)), shape
 
 
 def test_median_filter_is_whispers():

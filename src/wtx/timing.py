@@ -77,20 +77,41 @@ def dtw(cost: torch.Tensor) -> torch.Tensor:
 
     Steps go diagonally, down (next token) or right (next frame); ties prefer right, then down.
     Costs add up in float64 (as whisper's numba dtw does on the CPU, the reference), one
-    anti-diagonal of the (N + 1) x (M + 1) table at a time: every
-    cell of a diagonal depends only on the two before it, so a step is a few tensor operations
-    over the whole batch (three diagonals in turn in three buffers, the steps' choices written in
-    place). A matrix smaller than [N, M] is padded anywhere below or right of it:
-    its cells never depend on the padding. Returns the steps taken [N + M + 1, B, N + 1] (int8,
-    indexed by diagonal and row), for `backtrace`."""
+    anti-diagonal of the (N + 1) x (M + 1) table at a time: every cell of a diagonal depends
+    only on the two before it. On a GPU with Triton one kernel walks the diagonals
+    (`wtx.dtw_kernel`); elsewhere a step is a few tensor operations over the whole batch. A
+    matrix smaller than [N, M] is padded anywhere below or right of it: its cells never depend
+    on the padding. Returns the steps taken [N + M + 1, B, N + 1] (int8, indexed by diagonal and
+    row), for `backtrace`."""
     b, n, m = cost.shape
-    device = cost.device
-    rows = torch.arange(1, n + 1, device=device)
-    diagonals = torch.arange(n + m + 1, device=device)
+    skewed = skew(cost)
+    if cost.device.type == "cuda":
+        from wtx import dtw_kernel
+
+        if dtw_kernel.usable(cost.device) and n < dtw_kernel.BLOCK:
+            try:
+                return dtw_kernel.dtw_steps(skewed)
+            except Exception as e:  # a kernel that cannot compile here: the loop below is the fallback
+                dtw_kernel.failed(e)
+    return _dtw_loop(skewed, b, n, m)
+
+
+def skew(cost: torch.Tensor) -> torch.Tensor:
+    """The costs [B, N, M] by anti-diagonal and row [N + M + 1, B, N]: cell (i, k - i) of the
+    table at [k, :, i - 1], inf outside each matrix."""
+    b, n, m = cost.shape
+    rows = torch.arange(1, n + 1, device=cost.device)
+    diagonals = torch.arange(n + m + 1, device=cost.device)
     columns = diagonals[:, None] - rows[None, :]  # [K, N]: the column of row i on diagonal k
     inside = (columns >= 1) & (columns <= m)
     skewed = cost[:, rows[None, :] - 1, (columns - 1).clamp(0, m - 1)]  # [B, K, N]
-    skewed = skewed.masked_fill(~inside, float("inf")).transpose(0, 1).contiguous()  # [K, B, N]
+    return skewed.masked_fill(~inside, float("inf")).transpose(0, 1).contiguous()
+
+
+def _dtw_loop(skewed: torch.Tensor, b: int, n: int, m: int) -> torch.Tensor:
+    """`dtw` as tensor operations, one anti-diagonal a step: three diagonals in turn in three
+    buffers, the steps' choices written in place."""
+    device = skewed.device
     # diagonal k's costs, cell (i, k - i) at [:, i], in buffers[k % 3]; diagonal 0 is cell (0, 0)
     buffers = [torch.full((b, n + 1), float("inf"), dtype=torch.float64, device=device) for _ in range(3)]
     buffers[0][:, 0] = 0
