@@ -171,7 +171,7 @@ def test_a_resumed_chunk_continues_from_the_journaled_speech_end(model):
     a chunk, so its words are the uninterrupted run's."""
     from wtx.words import WordTiming
 
-    def align(texts, windows, languages):  # every window: one 2 s word at its start
+    def align(texts, windows, languages, probabilities=True):  # every window: one 2 s word at its start
         return [[WordTiming(" w", list(t), 0.0, 2.0, 0.9)] if t else [] for t in texts]
 
     engine, _ = engine_with(model, stream_windows=3)
