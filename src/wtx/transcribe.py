@@ -280,7 +280,6 @@ class _Backend:
     without_timestamps: bool = False  # text only, as resolved for the device (engine.pick_text_only)
     condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
     word_timestamps: bool = False  # every word timed (_times_words)
-    word_probabilities: bool = True  # and its probability computed (_shows_probabilities)
     vnni: bool = False  # the decoding CPU has VNNI: how int8 logits are computed (quantize.int8_kind)
 
 
@@ -365,15 +364,15 @@ def _local_backend(options, job: Job) -> "_Backend | int":
 
         stock = load_stock_model(load_checkpoint(job.model), engine.device)
     model = Model(engine, detector)
-    words = _times_words(job, engine.options.decoding.without_timestamps)
+    words, probabilities = _times_words(job, engine.options.decoding.without_timestamps), _shows_probabilities(job)
     return _Backend(
         engine.device.type, str(engine.dtype), batch_size, _steps_run_as(report.source if report else "eager"),
         detector is not None, torch.get_num_threads() if engine.device.type == "cpu" else None,
         lambda recordings: model.run(recordings, ordered=False, word_timestamps=words, vad=True,
-                                     word_probabilities=_shows_probabilities(job)),
+                                     word_probabilities=probabilities),
         stock, engine, quantized=engine.quantized, encoder_dtype=str(engine.encoder_dtype),
         without_timestamps=engine.options.decoding.without_timestamps, condition=engine.options.condition_on_previous_text,
-        word_timestamps=words, word_probabilities=_shows_probabilities(job), vnni=has_vnni(),
+        word_timestamps=words, vnni=has_vnni(),
     )  # fmt: skip
 
 
@@ -452,7 +451,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
     return _Backend(resolved.device, resolved.dtype, resolved.batch_size, steps, settings.vad, threads,
                     events, stdout=out, quantized=quantized, encoder_dtype=str(encoder_dtype),
                     without_timestamps=resolved.without_timestamps, condition=resolved.condition, word_timestamps=words,
-                    word_probabilities=_shows_probabilities(job), vnni=resolved.vnni)  # fmt: skip
+                    vnni=resolved.vnni)  # fmt: skip
 
 
 def _steps_run_as(source: str) -> bool | str:
@@ -502,7 +501,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
               "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
               "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
               "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
-              "word_probabilities": backend.word_timestamps and backend.word_probabilities,
+              "word_probabilities": backend.word_timestamps and _shows_probabilities(job),
               "without_timestamps": backend.without_timestamps}  # fmt: skip
     stock, engine = backend.stock, backend.engine
 
