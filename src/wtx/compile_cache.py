@@ -42,7 +42,7 @@ def configure() -> None:
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen is None or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
-    os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
+    use_triton_cache()
     import torch._inductor.config as inductor_config
 
     # a note to PyTorch's developers about its own kernel choice, printed twice per cold compile
@@ -62,6 +62,12 @@ def configure() -> None:
         functorch_config.enable_autograd_cache = True
     except (ImportError, AttributeError):
         pass
+
+
+def use_triton_cache() -> None:
+    """Points Triton's kernel cache at `<wtx cache>/triton`, created private (unless the user
+    chose their own): Inductor's kernels and wtx's own (wtx.dtw_kernel) alike."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(private_dir(cache_dir() / "triton")))
 
 
 @contextmanager

@@ -8,17 +8,16 @@ Triton compiles the kernel once per device and keeps it under `<wtx cache>/trito
 like the rest of the cache). Where Triton is missing, `usable()` is False; where it fails to
 compile or launch, the caller falls back to the tensor loop (`failed`)."""
 
-import os
 import warnings
 
 import torch
 
-from wtx.paths import cache_dir, private_dir
+from wtx.compile_cache import use_triton_cache
 
 __all__ = ["BLOCK", "dtw_steps", "failed", "usable"]
 
 BLOCK = 512  # lanes per program, one per token row: above n_text_ctx (448) + 1, so one kernel for every window
-os.environ.setdefault("TRITON_CACHE_DIR", str(private_dir(cache_dir() / "triton")))
+use_triton_cache()
 try:
     import triton
     import triton.language as tl
