@@ -210,6 +210,19 @@ def test_new_cache_folders_are_private(tmp_path, monkeypatch):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
 
+def test_tritons_kernels_go_to_a_private_folder_unless_the_user_chose_one(tmp_path, monkeypatch):
+    from wtx.compile_cache import use_triton_cache
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    use_triton_cache()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "mine") and not (tmp_path / "c").exists()
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    use_triton_cache()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "c" / "triton")
+    assert stat.S_IMODE((tmp_path / "c" / "triton").stat().st_mode) == 0o700
+
+
 # 6. a corrupt journal -------------------------------------------------------------------------
 
 

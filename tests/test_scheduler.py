@@ -128,21 +128,25 @@ def marked(n: int, start: float, speech: set[int]) -> list[Window]:
 
 def test_speech_is_scored_in_groups_that_run_across_recordings(tokenizer):
     """Short files fill the detector's groups together (one padded group per file would score
-    each clip as a whole group); windows without speech are never decoded, a recording whose
-    windows are all dropped is still done, and a failing one fails alone."""
+    each clip as a whole group); windows without speech are never decoded but handed to their
+    recording's `silent` (the CLI's progress counts their audio), a recording whose windows are
+    all dropped is still done, and a failing one fails alone."""
 
     def broken():
         yield from marked(2, 4000.0, {0, 1})
         raise AudioError("e.mp3: ffmpeg cannot decode it: truncated")
 
-    recordings = [Recording("a", marked(1, 0.0, {0})), Recording("b", marked(2, 1000.0, {1})),
-                  Recording("c", marked(3, 2000.0, {0, 2})), Recording("d", marked(1, 3000.0, set())),
+    silent = []
+    keep = lambda key: (lambda w: silent.append((key, w.index)))  # noqa: E731
+    recordings = [Recording("a", marked(1, 0.0, {0})), Recording("b", marked(2, 1000.0, {1}), silent=keep("b")),
+                  Recording("c", marked(3, 2000.0, {0, 2}), silent=keep("c")), Recording("d", marked(1, 3000.0, set()), silent=keep("d")),
                   Recording("e", broken()), Recording("f", marked(1, 5000.0, {0}))]  # fmt: skip
     detector = Detector()
     decoder = Decoder(tokenizer)
     scheduler = StreamScheduler(decoder, tokenizer, StreamOptions(batch_size=2))
     events = list(scheduler.run(recordings, ordered=True, detector=detector))
     assert detector.calls == [[0.0, 1000.0, 1030.0, 2000.0], [2030.0, 2060.0, 3000.0, 4000.0], [4030.0, 5000.0]]
+    assert silent == [("b", 0), ("c", 1), ("d", 0)]
     decoded = {}
     for event in events:
         if isinstance(event, WindowDone):

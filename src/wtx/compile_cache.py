@@ -67,7 +67,8 @@ def configure() -> None:
 def use_triton_cache() -> None:
     """Points Triton's kernel cache at `<wtx cache>/triton`, created private (unless the user
     chose their own): Inductor's kernels and wtx's own (wtx.dtw_kernel) alike."""
-    os.environ.setdefault("TRITON_CACHE_DIR", str(private_dir(cache_dir() / "triton")))
+    if "TRITON_CACHE_DIR" not in os.environ:
+        os.environ["TRITON_CACHE_DIR"] = str(private_dir(cache_dir() / "triton"))
 
 
 @contextmanager

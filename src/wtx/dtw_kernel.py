@@ -13,17 +13,22 @@ import warnings
 import torch
 
 from wtx.compile_cache import use_triton_cache
+from wtx.errors import WtxError
 
 __all__ = ["BLOCK", "dtw_steps", "failed", "usable"]
 
 BLOCK = 512  # lanes per program, one per token row: above n_text_ctx (448) + 1, so one kernel for every window
-use_triton_cache()
+_failure: list[Exception] = []
 try:
+    use_triton_cache()  # before Triton reads it
     import triton
     import triton.language as tl
 except ImportError:  # wtx runs without Triton: the tensor loop does the DTW
     triton = None
-_failure: list[Exception] = []
+except (WtxError, OSError) as e:  # a cache folder wtx cannot or will not use (UntrustedCache): the loop does the DTW
+    triton = None
+    _failure.append(e)
+    warnings.warn(f"word timestamps: {e}; using the slower tensor loop", stacklevel=1)
 
 if triton is not None:
 

@@ -86,10 +86,10 @@ class TranscribeProgress:
     def advance(self, audio_seconds: float, windows: int = 1, key=None) -> None:
         for task_id in (self.tasks.get(key), self.overall):
             if task_id is not None:
-                task = self.progress.tasks[task_id]
-                self.progress.update(
-                    task_id, advance=audio_seconds, windows=task.fields.get("windows", 0) + windows
-                )
+                # windows=0 (audio without a decoded window) leaves the count alone: it may come from
+                # the scheduler's reading thread while this one counts decoded windows
+                fields = {"windows": self.progress.tasks[task_id].fields.get("windows", 0) + windows} if windows else {}
+                self.progress.update(task_id, advance=audio_seconds, **fields)
 
     def finish_file(self, key) -> None:
         task_id = self.tasks.pop(key, None)

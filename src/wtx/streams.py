@@ -56,6 +56,7 @@ class Recording:
     language: str | None = None  # None: detected on its first window (multilingual models)
     speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
     span: int | None = None  # windows per chunk, where the caller cut the chunks (None: chunk_span)
+    silent: Callable[[Window], None] | None = None  # called with each window the detector drops, in the reading thread
 
 
 @dataclass(frozen=True)
@@ -292,9 +293,11 @@ def _speech_only(items: Iterator[tuple], detector) -> Iterator[tuple]:
 def _scored(held: list[tuple], detector) -> Iterator[tuple]:
     windows = [payload for _, payload in held if isinstance(payload, Window)]
     speech = iter(detector.speech(windows) if windows else ())
-    for item in held:
-        if not isinstance(item[1], Window) or next(speech):
-            yield item
+    for recording, payload in held:
+        if not isinstance(payload, Window) or next(speech):
+            yield recording, payload
+        elif recording.silent is not None:
+            recording.silent(payload)
 
 
 def _feed_items(feed: Queue) -> Callable[[bool], object]:

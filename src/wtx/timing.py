@@ -91,6 +91,8 @@ def dtw(cost: torch.Tensor) -> torch.Tensor:
         if dtw_kernel.usable(cost.device) and n < dtw_kernel.BLOCK:
             try:
                 return dtw_kernel.dtw_steps(skewed)
+            except torch.cuda.OutOfMemoryError:  # the loop needs more memory, not a kernel failure
+                raise
             except Exception as e:  # a kernel that cannot compile here: the loop below is the fallback
                 dtw_kernel.failed(e)
     return _dtw_loop(skewed, b, n, m)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from rich.markup import escape
@@ -593,7 +594,8 @@ class _Input:
     journal: Journal | None = None
     reader: AudioReader | None = None
     done: dict = field(default_factory=dict)  # window index -> Entry
-    advanced: float = 0.0  # seconds of its audio shown as done
+    advanced: float = 0.0  # seconds of its audio shown as done, window by window
+    silent: float = 0.0  # seconds shown as done with the windows the detector dropped (the reading thread's)
 
 
 def _failing(error: Exception):
@@ -647,7 +649,7 @@ class _Run:
         ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
         self._bar(state)  # from the start of its reading: a file decoded in one batch shows its real rate
-        return Recording(source, state.reader, prompts, language, ends)
+        return Recording(source, state.reader, prompts, language, ends, silent=partial(self.window_silent, state))
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
@@ -667,6 +669,12 @@ class _Run:
         state.advanced += seconds
         self.progress.advance(seconds, key=key)
 
+    def window_silent(self, state: _Input, w) -> None:
+        """A window the detector dropped (in the scheduler's reading thread): its audio is done."""
+        seconds = state.reader.skipped_before.get(w.index, 0.0) + w.duration
+        state.silent += seconds
+        self.progress.advance(seconds, windows=0, key=state.item.path)
+
     def recording_done(self, key: str, error: Exception | None) -> None:
         state = self.inputs[key]
         name = _name(key)
@@ -675,7 +683,7 @@ class _Run:
             if error is not None:
                 raise error
             reader = state.reader
-            self.progress.advance(max(0.0, reader.seconds - state.advanced), windows=0, key=key)
+            self.progress.advance(max(0.0, reader.seconds - state.advanced - state.silent), windows=0, key=key)
             self.progress.finish_file(key)
             for warning in reader.warnings + _duration_warnings(name, self.durations[key], reader.seconds):
                 _warn(warning)
