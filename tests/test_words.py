@@ -231,14 +231,17 @@ def test_api_segments_carry_words():
     assert [s.text for s in plain] == [s.text for s in segments]  # words never change the text
 
 
-def test_words_without_their_probabilities_keep_their_times():
+@pytest.mark.parametrize("alone", [True, False], ids=["each window alone", "the batch in one pass"])
+def test_words_without_their_probabilities_keep_their_times(alone):
     """Where no output shows the words' probabilities (only .json does), they are not computed:
-    the same words at the same times, bit for bit, with NaN for each probability."""
+    the same words at the same times, bit for bit, with NaN for each probability; in the CPU's
+    pass of each window alone and in the GPU's pass over the whole batch alike."""
     import math
 
     import wtx
 
     model = wtx.load_model("tiny.en", device="cpu", batch_size=2, beam_size=1, vad=False)
+    model.engine.align.alone = alone
     windows = list(fixed_windows(stream_samples(str(shared_file("audio/jfk.flac")))))
 
     def words(probabilities: bool):
