@@ -137,7 +137,7 @@ def test_speech_is_scored_in_groups_that_run_across_recordings(tokenizer):
         raise AudioError("e.mp3: ffmpeg cannot decode it: truncated")
 
     silent = []
-    keep = lambda key: (lambda w: silent.append((key, w.index)))  # noqa: E731
+    keep = lambda key: (lambda index, duration: silent.append((key, index)))  # noqa: E731
     recordings = [Recording("a", marked(1, 0.0, {0})), Recording("b", marked(2, 1000.0, {1}), silent=keep("b")),
                   Recording("c", marked(3, 2000.0, {0, 2}), silent=keep("c")), Recording("d", marked(1, 3000.0, set()), silent=keep("d")),
                   Recording("e", broken()), Recording("f", marked(1, 5000.0, {0}))]  # fmt: skip

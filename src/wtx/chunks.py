@@ -51,6 +51,7 @@ class ChunkDone:
     number: int
     results: list[WindowResult]  # in window order, without their samples
     skipped_before: dict[int, float]
+    silent: tuple[tuple[int, float], ...] = ()  # (index, duration) of the windows the detector dropped
 
 
 def _chunk(plan: FilePlan, number: int, windows: list[Window], skipped: dict[int, float]) -> Chunk:

@@ -245,7 +245,8 @@ class ChunkDecoder:
         items = [pickle.loads(p) for p in batch["payload"]]
         chunks = [c for c in items if isinstance(c, Chunk)]
         call = self.calls[call_id] = _Call(len(chunks))
-        for chunk, windows in zip(chunks, self._speech(chunks)):
+        speech = self._speech(chunks)
+        for chunk, windows in zip(chunks, speech):
             plan = chunk.plan
             self.feed.put(Recording((call_id, plan.key, chunk.number), windows, plan.prompts,
                                     plan.language, plan.speech_ends, plan.span))  # fmt: skip
@@ -254,7 +255,7 @@ class ChunkDecoder:
         if self.error is not None:
             raise RuntimeError(f"the worker's scheduler failed: {self.error!r}") from self.error
         out = [ChunkDone(c.plan.key, c.number, sorted(call.results.get((c.plan.key, c.number), []), key=lambda r: r.window.index),
-                         c.skipped_before) for c in chunks]  # fmt: skip
+                         c.skipped_before, _dropped(c.windows, kept)) for c, kept in zip(chunks, speech)]  # fmt: skip
         out += [item for item in items if isinstance(item, FileEnd)]
         scheduler = self.scheduler
         _log(f"call {call_id}: {len(chunks)} chunks, {len(self.calls)} calls open, from {started - self.ready:.2f} s in "
@@ -276,13 +277,19 @@ def _cut_rows(row: dict) -> Iterator[dict]:
     _log(f"cut {os.path.basename(item.key)} in {ended - started:.2f} s, ending at {ended:.2f}")
 
 
+def _dropped(windows: list, kept: list) -> tuple[tuple[int, float], ...]:
+    """(index, duration) of the windows the detector dropped: the driver's progress counts them."""
+    speech = {id(w) for w in kept}
+    return tuple((w.index, w.duration) for w in windows if id(w) not in speech)
+
+
 def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Resolved,
         options: ClusterOptions, workers: int) -> Iterator[WindowDone | RecordingDone]:  # fmt: skip
     """The scheduler's events for `recordings` (their windows: AudioReaders, not yet read),
     decoded on the cluster; each reader's seconds and warnings are filled in before its
     RecordingDone, as reading it in this process would have."""
     engine = settings.engine
-    plans, readers = [], {}
+    plans, readers, silent = [], {}, {}
     for recording in recordings:
         reader = recording.windows
         if not isinstance(reader, AudioReader):  # it could not be opened: its windows raise why
@@ -295,6 +302,7 @@ def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Reso
         plans.append(FilePlan(recording.key, reader.split, span, recording.language, frozenset(reader.skip),
                               dict(recording.prompts), dict(recording.speech_ends)))  # fmt: skip
         readers[recording.key] = reader
+        silent[recording.key] = recording.silent
     if not plans:
         return
     gpus = 1 if resolved.device == "cuda" else 0
@@ -320,6 +328,9 @@ def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Reso
                 continue
             got[key].add(item.number)
             readers[key].skipped_before.update(item.skipped_before)
+            if silent[key] is not None:
+                for index, duration in item.silent:
+                    silent[key](index, duration)
             for result in item.results:
                 yield WindowDone(key, result)
         else:

@@ -56,7 +56,7 @@ class Recording:
     language: str | None = None  # None: detected on its first window (multilingual models)
     speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
     span: int | None = None  # windows per chunk, where the caller cut the chunks (None: chunk_span)
-    silent: Callable[[Window], None] | None = None  # called with each window the detector drops, in the reading thread
+    silent: Callable[[int, float], None] | None = None  # (index, duration) of each window the detector drops
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ def _scored(held: list[tuple], detector) -> Iterator[tuple]:
         if not isinstance(payload, Window) or next(speech):
             yield recording, payload
         elif recording.silent is not None:
-            recording.silent(payload)
+            recording.silent(payload.index, payload.duration)  # in the reading thread
 
 
 def _feed_items(feed: Queue) -> Callable[[bool], object]:

@@ -669,9 +669,10 @@ class _Run:
         state.advanced += seconds
         self.progress.advance(seconds, key=key)
 
-    def window_silent(self, state: _Input, w) -> None:
-        """A window the detector dropped (in the scheduler's reading thread): its audio is done."""
-        seconds = state.reader.skipped_before.get(w.index, 0.0) + w.duration
+    def window_silent(self, state: _Input, index: int, duration: float) -> None:
+        """A window the detector dropped (in the scheduler's reading thread, or on --ray as its
+        chunk's results arrive): its audio is done."""
+        seconds = state.reader.skipped_before.get(index, 0.0) + duration
         state.silent += seconds
         self.progress.advance(seconds, windows=0, key=state.item.path)
 
