@@ -225,16 +225,15 @@ class ChunkDecoder:
                 os.remove(path)
                 os._exit(1)
 
-    def _speech(self, chunks: list[Chunk]) -> list[list]:
-        """Each chunk's windows that hold speech, scored on this worker's device."""
+    def _speech(self, chunks: list[Chunk]) -> list[list[bool]]:
+        """Whether each window of each chunk holds speech, scored on this worker's device."""
         if self.detector is None:
-            return [c.windows for c in chunks]
+            return [[True] * len(c.windows) for c in chunks]
         windows = [w for c in chunks for w in c.windows]
         group = self.detector.group
         with self.lock:
-            flags = [f for i in range(0, len(windows), group) for f in self.detector.speech(windows[i : i + group])]
-        keep = {id(w) for w, f in zip(windows, flags) if f}
-        return [[w for w in c.windows if id(w) in keep] for c in chunks]
+            flags = iter([f for i in range(0, len(windows), group) for f in self.detector.speech(windows[i : i + group])])
+        return [[next(flags) for _ in c.windows] for c in chunks]
 
     def __call__(self, batch: dict) -> dict:
         started = time.perf_counter()
@@ -246,8 +245,8 @@ class ChunkDecoder:
         chunks = [c for c in items if isinstance(c, Chunk)]
         call = self.calls[call_id] = _Call(len(chunks))
         speech = self._speech(chunks)
-        for chunk, windows in zip(chunks, speech):
-            plan = chunk.plan
+        for chunk, flags in zip(chunks, speech):
+            plan, windows = chunk.plan, [w for w, f in zip(chunk.windows, flags) if f]
             self.feed.put(Recording((call_id, plan.key, chunk.number), windows, plan.prompts,
                                     plan.language, plan.speech_ends, plan.span))  # fmt: skip
         call.done.wait()
@@ -255,7 +254,8 @@ class ChunkDecoder:
         if self.error is not None:
             raise RuntimeError(f"the worker's scheduler failed: {self.error!r}") from self.error
         out = [ChunkDone(c.plan.key, c.number, sorted(call.results.get((c.plan.key, c.number), []), key=lambda r: r.window.index),
-                         c.skipped_before, _dropped(c.windows, kept)) for c, kept in zip(chunks, speech)]  # fmt: skip
+                         c.skipped_before, tuple((w.index, w.duration) for w, f in zip(c.windows, flags) if not f))
+               for c, flags in zip(chunks, speech)]  # fmt: skip
         out += [item for item in items if isinstance(item, FileEnd)]
         scheduler = self.scheduler
         _log(f"call {call_id}: {len(chunks)} chunks, {len(self.calls)} calls open, from {started - self.ready:.2f} s in "
@@ -275,12 +275,6 @@ def _cut_rows(row: dict) -> Iterator[dict]:
         yield {"payload": pickle.dumps(item)}
     ended = time.time()
     _log(f"cut {os.path.basename(item.key)} in {ended - started:.2f} s, ending at {ended:.2f}")
-
-
-def _dropped(windows: list, kept: list) -> tuple[tuple[int, float], ...]:
-    """(index, duration) of the windows the detector dropped: the driver's progress counts them."""
-    speech = {id(w) for w in kept}
-    return tuple((w.index, w.duration) for w in windows if id(w) not in speech)
 
 
 def run(ray, recordings: Iterable[Recording], settings: Settings, resolved: Resolved,
