@@ -1,19 +1,29 @@
 """Atomic file writes: temporary files in the same directory, fsync'd, then renamed.
 
 Temporary files are created exclusively (never through an existing name or link), with hidden
-names that fit NAME_MAX. A set of files is published together: every temporary file is written
-and synced before the first rename, so a full disk leaves none of them, not some.
+names that fit NAME_MAX (`.NAME.XXXXXXXX.tmp`). A set of files is published together: every
+target is checked (none may be a folder) before anything is written, and every temporary file is
+written and synced before the first rename, so a full disk leaves none of them, not some. A
+writer holds a lock on its temporaries until they are renamed; `sweep` removes those whose
+writer died (kill -9 between writing and renaming).
 """
 
+import fcntl
 import os
+import re
+import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wtx.names import hidden_name
+from wtx.errors import WtxError
+from wtx.names import display, hidden_name
 
 PRIVATE = 0o600
+GRACE = 2.0  # seconds: a temporary younger than this may be one a writer has not locked yet
+_RANDOM = r"[a-z0-9_]{8}"  # what tempfile.mkstemp puts between the prefix and the suffix
 
 
 def _umask() -> int:
@@ -27,11 +37,70 @@ def public_mode() -> int:
     return 0o666 & ~_umask()
 
 
-def _temporary(path: Path) -> Path:
-    prefix = hidden_name(path.name, ".", path.parent, reserve=len(".XXXXXXXX.tmp"))
-    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    return Path(tmp)
+def _prefix(path: Path) -> str:
+    return hidden_name(path.name, ".", path.parent, reserve=len(".XXXXXXXX.tmp"))
+
+
+def _temporary(path: Path) -> tuple[Path, int]:
+    """A new temporary file for `path`, and an open descriptor holding its lock."""
+    fd, tmp = tempfile.mkstemp(prefix=_prefix(path), suffix=".tmp", dir=path.parent)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # a file system without locks: the sweep's GRACE is all that protects it
+    return Path(tmp), fd
+
+
+def _check_targets(paths: list[Path]) -> None:
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise WtxError(f"{display(path)}: is a folder, where this output would go; move it "
+                           f"away or choose another -o folder (none of the set was written)")
+
+
+def _stale(folder: Path, name: str) -> bool:
+    """Whether `folder/name` is a temporary that no living writer holds, and removes it if so:
+    a regular file (never a link) of this user, older than GRACE, whose lock is free."""
+    try:
+        fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # a link, gone, or not ours to read
+        return False
+    try:
+        st = os.fstat(fd)
+        young = time.time() - st.st_mtime < GRACE
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or young:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        now = os.lstat(folder / name)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        os.unlink(folder / name)
+        return True
+    except OSError:  # held by a writer, or gone meanwhile
+        return False
+    finally:
+        os.close(fd)
+
+
+def sweep(paths: list[Path]) -> list[Path]:
+    """Removes the temporaries of `paths` that writers killed before renaming them left behind;
+    returns them. Another process's temporaries in flight are left alone (see `_stale`)."""
+    removed = []
+    for folder, group in _by_folder(paths).items():
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        pattern = re.compile("|".join(re.escape(_prefix(p)) + _RANDOM + r"\.tmp" for p in group))
+        removed += [folder / n for n in names if pattern.fullmatch(n) and _stale(folder, n)]
+    return removed
+
+
+def _by_folder(paths: list[Path]) -> dict[Path, list[Path]]:
+    folders: dict[Path, list[Path]] = {}
+    for path in paths:
+        folders.setdefault(Path(path).parent, []).append(Path(path))
+    return folders
 
 
 def _sync(tmp: Path, mode: int) -> None:
@@ -46,11 +115,16 @@ def _sync(tmp: Path, mode: int) -> None:
 @contextmanager
 def atomic_paths(paths: list[Path], mode: int = PRIVATE) -> Iterator[list[Path]]:
     """Yields one temporary path per target; on success they replace the targets together, on
-    failure they are all removed. `mode`: the files' permissions (default 0600)."""
+    failure they are all removed. `mode`: the files' permissions (default 0600). A target that
+    is a folder fails the set (WtxError) before any temporary is made."""
+    _check_targets([Path(p) for p in paths])
     temporaries: list[Path] = []
+    locks: list[int] = []
     try:
         for path in paths:
-            temporaries.append(_temporary(Path(path)))
+            tmp, fd = _temporary(Path(path))
+            temporaries.append(tmp)
+            locks.append(fd)
         yield list(temporaries)
         for tmp in temporaries:
             _sync(tmp, mode)
@@ -60,6 +134,9 @@ def atomic_paths(paths: list[Path], mode: int = PRIVATE) -> Iterator[list[Path]]
         for tmp in temporaries:
             tmp.unlink(missing_ok=True)
         raise
+    finally:
+        for fd in locks:
+            os.close(fd)
 
 
 @contextmanager

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from rich.markup import escape
 
+from wtx.atomic import sweep
 from wtx.audio import STDIN, is_pipe, probe_duration, stream_samples
 from wtx.cluster import ClusterOptions
 from wtx.errors import WtxError
 from wtx.inputs import Input
 from wtx.journal import Entry, Journal, journal_path, source_identity
 from wtx.names import display
-from wtx.outputs import plan_outputs
+from wtx.outputs import complete, plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
 from wtx.api import Model
 from wtx.pipeline import AudioReader
@@ -205,11 +206,17 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         pending = []
         for item in inputs:
             paths = plan.paths[item.path]
-            done = item.path != STDIN and all(p.is_file() for p in paths.values())
+            # its own outputs (the plan never gives an input another's), all of one set, and no
+            # journal of an unfinished run beside them
+            unfinished = journal_path(next(iter(paths.values()))).exists()
+            done = item.path != STDIN and complete(paths) and not unfinished
             (skipped if done else pending).append(item)
+            if done:
+                sweep(list(paths.values()))
         inputs = pending
         for item in skipped:
-            stderr.print(f"skipped {display(item.path)}: its outputs already exist", highlight=False, markup=False)
+            message = f"skipped {display(item.path)}: its outputs already exist"
+            stderr.print(message, highlight=False, markup=False, soft_wrap=True)  # one line, however long
     if not inputs:
         if failed:
             _error(f"{len(failed)} input(s) failed")

@@ -5,12 +5,15 @@ Writers take a file handle and a Transcript; `write_outputs` places the files at
 
 import io
 import json
+import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from wtx.atomic import atomic_paths, public_mode
+from wtx.atomic import atomic_paths, public_mode, sweep
 from wtx.names import display
+from wtx.outputs import SET_ATTR, SOURCE_ATTR, origin
 from wtx.subtitles import SubtitleOptions, subtitles
 from wtx.transcript import Transcript, timed_cues
 
@@ -103,14 +106,29 @@ def render(transcript: Transcript, fmt: str, subtitles: SubtitleOptions = Subtit
     return buffer.getvalue()
 
 
+def _record(path: Path, source: str, token: str) -> None:
+    """Marks a written file as `source`'s output, of the set `token` (wtx.outputs' rule); where
+    the file system keeps no extended attributes, nothing is recorded."""
+    try:
+        os.setxattr(path, SOURCE_ATTR, os.fsencode(source), follow_symlinks=False)
+        os.setxattr(path, SET_ATTR, token.encode(), follow_symlinks=False)
+    except (AttributeError, OSError):
+        pass
+
+
 def write_outputs(transcript: Transcript, paths: dict[str, Path], subtitles: SubtitleOptions = SubtitleOptions()) -> list[Path]:
     """Writes every format as one set: all files appear (atomically, with the permissions the
-    umask gives new files) or, when any of them fails (a full disk), none does."""
+    umask gives new files) or, when any of them fails (a full disk, a folder at one of the
+    names), none does. Each file records its input and set (wtx.outputs); the temporaries an
+    earlier write of these files left when it was killed are removed first."""
     for path in paths.values():
         path.parent.mkdir(parents=True, exist_ok=True)
     targets = list(paths.values())
+    sweep(targets)
+    source, token = origin(transcript.source), secrets.token_hex(8)
     with atomic_paths(targets, mode=public_mode()) as temporaries:
         for fmt, tmp in zip(paths, temporaries):
             with open(tmp, "w", encoding="utf-8", newline="") as f:
                 f.write(render(transcript, fmt, subtitles))
+            _record(tmp, source, token)
     return targets
