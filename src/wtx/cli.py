@@ -57,6 +57,10 @@ def _parse_formats(value: str) -> list[str]:
     formats = [f.strip().lower() for f in value.split(",") if f.strip()]
     if value.strip().lower() == "all":
         return list(FORMATS)
+    if not formats:
+        given = ", ".join(FORMATS)
+        why = f"give one or more of {given} (comma-separated), or all"
+        raise typer.BadParameter(why, param_hint="--format")
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise typer.BadParameter(f"unknown format {', '.join(unknown) or value!r}; choose from {', '.join(FORMATS)} or all")
@@ -172,8 +176,12 @@ def transcribe(
             raise typer.BadParameter(f"{from_list}: {e.strerror or e}", param_hint="--from-list") from e
     if not files:
         raise typer.BadParameter("give at least one input (a file, directory, pattern, '-' or --from-list)", param_hint="FILES")
+    if output_dir == "":
+        why = "give a folder, or '-' for stdout (leave -o out to write beside each input)"
+        raise typer.BadParameter(why, param_hint="--output-dir")
     to_stdout = output_dir == "-"
-    formats = _parse_formats(output_format or ("txt" if to_stdout else "txt,srt"))
+    default_formats = "txt" if to_stdout else "txt,srt"
+    formats = _parse_formats(output_format if output_format is not None else default_formats)
     if to_stdout and len(formats) > 1:
         raise typer.BadParameter("with -o - (stdout) choose one format", param_hint="--format")
     _check_choice(dtype, ("auto", "fp32", "fp16", "bf16"), "--dtype")
