@@ -58,8 +58,8 @@ def _check_targets(paths: list[Path]) -> None:
                            f"away or choose another -o folder (none of the set was written)")
 
 
-def _stale(folder: Path, name: str) -> bool:
-    """Whether `folder/name` is a temporary that no living writer holds, and removes it if so:
+def _remove_if_stale(folder: Path, name: str) -> bool:
+    """Removes `folder/name` if it is a temporary that no living writer holds (True if removed):
     a regular file (never a link) of this user, older than GRACE, whose lock is free."""
     try:
         fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -84,7 +84,7 @@ def _stale(folder: Path, name: str) -> bool:
 
 def sweep(paths: list[Path]) -> list[Path]:
     """Removes the temporaries of `paths` that writers killed before renaming them left behind;
-    returns them. Another process's temporaries in flight are left alone (see `_stale`)."""
+    returns them. Another process's temporaries in flight are left alone (see `_remove_if_stale`)."""
     removed = []
     for folder, group in _by_folder(paths).items():
         try:
@@ -92,7 +92,7 @@ def sweep(paths: list[Path]) -> list[Path]:
         except OSError:
             continue
         pattern = re.compile("|".join(re.escape(_prefix(p)) + _RANDOM + r"\.tmp" for p in group))
-        removed += [folder / n for n in names if pattern.fullmatch(n) and _stale(folder, n)]
+        removed += [folder / n for n in names if pattern.fullmatch(n) and _remove_if_stale(folder, n)]
     return removed
 
 
