@@ -84,7 +84,7 @@ def _remove_if_stale(folder: Path, name: str) -> bool:
 
 def sweep(paths: list[Path]) -> list[Path]:
     """Removes the temporaries of `paths` that writers killed before renaming them left behind;
-    returns them. Another process's temporaries in flight are left alone (see `_remove_if_stale`)."""
+    returns them. Temporaries in flight in another process are left alone (`_remove_if_stale`)."""
     removed = []
     for folder, group in _by_folder(paths).items():
         try:
@@ -92,7 +92,8 @@ def sweep(paths: list[Path]) -> list[Path]:
         except OSError:
             continue
         pattern = re.compile("|".join(re.escape(_prefix(p)) + _RANDOM + r"\.tmp" for p in group))
-        removed += [folder / n for n in names if pattern.fullmatch(n) and _remove_if_stale(folder, n)]
+        ours = [n for n in names if pattern.fullmatch(n)]
+        removed += [folder / n for n in ours if _remove_if_stale(folder, n)]
     return removed
 
 

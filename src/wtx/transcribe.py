@@ -216,7 +216,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         inputs = pending
         for item in skipped:
             message = f"skipped {display(item.path)}: its outputs already exist"
-            stderr.print(message, highlight=False, markup=False, soft_wrap=True)  # one line, however long
+            stderr.print(message, highlight=False, markup=False, soft_wrap=True)  # one line
     if not inputs:
         if failed:
             _error(f"{len(failed)} input(s) failed")
