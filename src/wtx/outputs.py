@@ -26,6 +26,7 @@ files with different tokens are a set cut short between renames (`complete` says
 """
 
 import codecs
+import itertools
 import os
 import re
 import stat
@@ -134,42 +135,46 @@ def _key(folder: Path, stem: str) -> tuple[str, str]:
     return str(folder.resolve()), stem
 
 
+def _first_free(item: Input, formats: Sequence[str], output_dir: Path | None, taken: dict,
+                files: dict) -> tuple[str, dict[str, Path], str | None]:  # fmt: skip
+    """The first of `<stem>`, `<stem>-2`, ... whose files are all free for `item`: that stem, its
+    files, and why `<stem>` itself was not (None when it was free)."""
+    folder, source, base = _folder(item, output_dir), origin(item.path), item.relative.name
+    why = None
+    for n in itertools.count(1):
+        stem = base if n == 1 else f"{base}-{n}"
+        if _key(folder, stem) in taken:
+            why = why or "given to another input"
+            continue
+        paths = output_paths(item, formats, output_dir, stem)
+        found = ((p, _taken_by(p, fmt, source, files)) for fmt, p in paths.items())
+        reason = next((f"{display(p)} is {r}" for p, r in found if r), None)
+        if reason is None:
+            return stem, paths, why
+        why = why or reason
+
+
 def plan_outputs(inputs: list[Input], formats: Sequence[str], output_dir: Path | None) -> Plan:
     """Every input's output files, by the module's rule, with a note for each renamed input."""
     plan = Plan()
-    taken: dict[tuple[str, str], str] = {}
+    taken: dict[tuple[str, str], str] = {}  # (folder, stem) -> the input given it
     files = _files(inputs)
     for item in inputs:
-        folder = _folder(item, output_dir)
-        source = origin(item.path)
-        base = item.relative.name
-        stem, n, why = base, 1, None
-        while True:
-            if _key(folder, stem) in taken:
-                reason = "another input's"
-            else:
-                paths = output_paths(item, formats, output_dir, stem)
-                found = ((p, _taken_by(p, fmt, source, files)) for fmt, p in paths.items())
-                reason = next((f"{display(p)} is {r}" for p, r in found if r), None)
-            if reason is None:
-                break
-            why = why or reason
-            n += 1
-            stem = f"{base}-{n}"
+        folder, base = _folder(item, output_dir), item.relative.name
+        stem, paths, why = _first_free(item, formats, output_dir, taken, files)
         first = taken.get(_key(folder, base))
         taken[_key(folder, stem)] = item.path
-        if stem != base:
-            if first is not None:
-                plan.notes.append(
-                    f"{display(item.path)} and {display(first)} would both write "
-                    f"{display(folder / base)}.*: writing {display(folder / stem)}.* "
-                    f"for {display(item.path)}"
-                )
-            else:
-                plan.notes.append(
-                    f"{display(item.path)}: {why}: writing {display(folder / stem)}.* instead, "
-                    f"so that nothing is overwritten"
-                )
+        if first is not None:
+            plan.notes.append(
+                f"{display(item.path)} and {display(first)} would both write "
+                f"{display(folder / base)}.*: writing {display(folder / stem)}.* "
+                f"for {display(item.path)}"
+            )
+        elif why is not None:
+            plan.notes.append(
+                f"{display(item.path)}: {why}: writing {display(folder / stem)}.* instead, "
+                f"so that nothing is overwritten"
+            )
         too_long = [p.name for p in paths.values() if not fits(p.name, folder)]
         if too_long:
             plan.problems[item.path] = (
