@@ -24,7 +24,7 @@ from wtx.audio import STDIN, is_pipe, probe_duration, stream_samples
 from wtx.cluster import ClusterOptions
 from wtx.errors import WtxError
 from wtx.inputs import Input
-from wtx.journal import Entry, Journal, journal_path, source_identity
+from wtx.journal import Entry, Journal, journal_path, remove_leftover, source_identity
 from wtx.names import display
 from wtx.outputs import plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
@@ -210,6 +210,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         inputs = pending
         for item in skipped:
             stderr.print(f"skipped {display(item.path)}: its outputs already exist", highlight=False, markup=False)
+            remove_leftover(journal_path(next(iter(plan.paths[item.path].values()))))  # of a run killed at the end
     if not inputs:
         if failed:
             _error(f"{len(failed)} input(s) failed")
@@ -312,6 +313,10 @@ def _modes_note(without_timestamps: bool, condition: bool) -> str:
     """What the status line says of the decoding mode (engine.resolve_modes)."""
     text = "text only" if without_timestamps else "timestamps"
     return f"{text}, {'each window prompted with the text before it' if condition else 'each window alone'}"
+
+
+def _note(message: str) -> None:
+    stderr.print(f"note: {message}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _status(line: str) -> None:
@@ -492,18 +497,23 @@ def _open_files_for_every_journal() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
-                readahead: ReadAhead) -> int:  # fmt: skip
+def journal_config(job: Job, backend: _Backend) -> dict:
+    """Everything that changes a window's text, as resolved for the device: a journal written
+    under other options is not resumed."""
     from wtx.quantize import int8_kind  # torch is loaded by now
 
-    # everything that changes a window's text: a journal written under other options is not resumed
-    config = {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
-              "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized, "device": backend.device,
-              "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
-              "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
-              "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
-              "word_probabilities": backend.word_timestamps and _shows_probabilities(job),
-              "without_timestamps": backend.without_timestamps}  # fmt: skip
+    return {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
+            "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized, "device": backend.device,
+            "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
+            "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
+            "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
+            "word_probabilities": backend.word_timestamps and _shows_probabilities(job),
+            "without_timestamps": backend.without_timestamps}  # fmt: skip
+
+
+def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
+                readahead: ReadAhead) -> int:  # fmt: skip
+    config = journal_config(job, backend)
     stock, engine = backend.stock, backend.engine
 
     total = sum(known) if len(known) == len(inputs) else None
@@ -594,6 +604,8 @@ class _Input:
     journal: Journal | None = None
     reader: AudioReader | None = None
     done: dict = field(default_factory=dict)  # window index -> Entry
+    prompts: dict = field(default_factory=dict)  # journaled: index -> prompt after it (the Recording's)
+    ends: dict = field(default_factory=dict)  # journaled: index -> last speech after it (the Recording's)
     advanced: float = 0.0  # seconds of its audio shown as done, window by window
     silent: float = 0.0  # seconds shown as done with the windows the detector dropped (the reading thread's)
 
@@ -639,17 +651,32 @@ class _Run:
         if state.paths and job.resume and not is_pipe(source):
             state.journal = Journal(journal_path(next(iter(state.paths.values()))), source_identity(source, self.config))
             if state.journal.set_aside:
-                _warn(f"{name}: its journal could not be read ({state.journal.reason}); moved it to "
+                _warn(f"{name}: its journal was not used ({state.journal.reason}); moved it to "
                       f"{display(state.journal.set_aside)} and starting this input afresh")
+            if state.journal.restarted:
+                _note(f"{name}: its journal is not resumed ({state.journal.restarted}); starting this input over")
             if state.journal.entries:
                 self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
             state.done = dict(state.journal.entries)
-        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read)  # speech: the scheduler's
-        prompts = {index: entry.prompt for index, entry in state.done.items()}
-        ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
+        journaled = {index: (entry.offset, entry.duration) for index, entry in state.done.items()}
+        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read, journaled=journaled,
+                                   stale=partial(self.journal_stale, state))  # speech: the scheduler's
+        state.prompts = {index: entry.prompt for index, entry in state.done.items()}
+        state.ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
         language = next(iter(state.done.values())).language if state.done else job.language
         self._bar(state)  # from the start of its reading: a file decoded in one batch shows its real rate
-        return Recording(source, state.reader, prompts, language, ends, silent=partial(self.window_silent, state))
+        return Recording(source, state.reader, state.prompts, language, state.ends,
+                         silent=partial(self.window_silent, state))  # fmt: skip
+
+    def journal_stale(self, state: _Input, index: int) -> None:
+        """The journaled windows from `index` on are not the input's (in the reading thread,
+        before that window is passed on): they are decoded again, and nothing of theirs is used."""
+        for i in [i for i in list(state.done) if i >= index]:
+            del state.done[i]
+            state.prompts.pop(i, None)
+            state.ends.pop(i, None)
+        _note(f"{_name(state.item.path)}: its journal does not match its audio from window {index} on; "
+              f"decoding from there again")
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
