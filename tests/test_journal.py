@@ -59,8 +59,21 @@ def write_clip(path: Path, start: float, seconds: float = 6.0) -> Path:
 
 def interrupted(source: Path, out: Path) -> list[dict]:
     """Runs wtx on `source` until its first window is journaled; the journal's records."""
-    run = subprocess.run([sys.executable, "-c", INTERRUPT_AFTER_ONE, "transcribe", str(source), "-o", str(out), *ARGS],
-                         capture_output=True, timeout=900)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            INTERRUPT_AFTER_ONE,
+            "transcribe",
+            str(source),
+            "-o",
+            str(out),
+            *ARGS,
+        ],
+        capture_output=True,
+        timeout=900,
+        check=False,
+    )
     assert run.returncode == 130, run.stderr.decode()[-2000:]
     assert not (out / f"{source.stem}.txt").exists()
     return [
@@ -85,7 +98,7 @@ def talk(tmp_path_factory) -> dict:
 
 
 def plant(out: Path, records: list[dict], mode: int = 0o600) -> Path:
-    """Writes `records` as a journal of talk.wav in `out`, as someone without the user's key would."""
+    """Writes `records` as a journal of talk.wav in `out`, as one without the user's key would."""
     out.mkdir(parents=True, exist_ok=True)
     path = journal_path(out / "talk.txt")
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -228,8 +241,17 @@ def test_an_entry_past_the_end_of_the_audio_is_not_used(talk, tmp_path):
     assert list(journal.entries) == []
     for record in talk["records"][1:]:
         record = without_mac(record)
-        journal.append(Entry(record["index"], record["offset"], record["duration"], record["language"],
-                             record["segments"], record["prompt"], record["last_speech"]))  # fmt: skip
+        journal.append(
+            Entry(
+                record["index"],
+                record["offset"],
+                record["duration"],
+                record["language"],
+                record["segments"],
+                record["prompt"],
+                record["last_speech"],
+            )
+        )
     journal.append(Entry(7, 210.0, 30.0, "en", [(210.0, 215.0, " Text from nowhere.", ())]))
     journal.close()
     run = run_wtx("transcribe", str(talk["source"]), "-o", str(out), *ARGS)
@@ -289,28 +311,98 @@ def test_every_option_that_changes_the_text_is_in_the_journals_identity():
     from wtx.transcribe import Job, _Backend, journal_config
 
     job = Job(formats=("txt", "json"))
-    backend = _Backend("cpu", "torch.float32", 8, False, True, 2, events=None, quantized="int8",
-                       encoder_dtype="torch.bfloat16", word_timestamps=True)  # fmt: skip
+    backend = _Backend(
+        "cpu",
+        "torch.float32",
+        8,
+        False,
+        True,
+        2,
+        events=None,
+        quantized="int8",
+        encoder_dtype="torch.bfloat16",
+        word_timestamps=True,
+    )
     base = journal_config(job, backend)
-    assert sorted(base) == sorted(["model", "task", "language", "split", "condition", "dtype", "quantized", "device",
-                                   "compiled", "vad", "beam_size", "best_of", "patience", "length_penalty",
-                                   "word_timestamps", "word_probabilities", "threads", "batch_size", "encoder_dtype",
-                                   "without_timestamps"])  # fmt: skip
+    assert sorted(base) == sorted(
+        [
+            "model",
+            "task",
+            "language",
+            "split",
+            "condition",
+            "dtype",
+            "quantized",
+            "device",
+            "compiled",
+            "vad",
+            "beam_size",
+            "best_of",
+            "patience",
+            "length_penalty",
+            "word_timestamps",
+            "word_probabilities",
+            "threads",
+            "batch_size",
+            "encoder_dtype",
+            "without_timestamps",
+        ]
+    )
     changes = {
-        "job": {"model": "base.en", "task": "translate", "language": "de", "split": "fixed", "beam_size": 2,
-                "best_of": 3, "patience": 2.0, "length_penalty": 0.5, "formats": ("txt",)},
-        "backend": {"device": "cuda", "dtype": "torch.float16", "batch_size": 4, "compiled": True, "vad": False,
-                    "threads": 1, "quantized": "fp16", "encoder_dtype": "torch.float32", "without_timestamps": True,
-                    "condition": False, "word_timestamps": False, "vnni": True},
-    }  # fmt: skip
+        "job": {
+            "model": "base.en",
+            "task": "translate",
+            "language": "de",
+            "split": "fixed",
+            "beam_size": 2,
+            "best_of": 3,
+            "patience": 2.0,
+            "length_penalty": 0.5,
+            "formats": ("txt",),
+        },
+        "backend": {
+            "device": "cuda",
+            "dtype": "torch.float16",
+            "batch_size": 4,
+            "compiled": True,
+            "vad": False,
+            "threads": 1,
+            "quantized": "fp16",
+            "encoder_dtype": "torch.float32",
+            "without_timestamps": True,
+            "condition": False,
+            "word_timestamps": False,
+            "vnni": True,
+        },
+    }
     for name, value in changes["job"].items():
         assert journal_config(replace(job, **{name: value}), backend) != base, name
     for name, value in changes["backend"].items():
         assert journal_config(job, replace(backend, **{name: value})) != base, name
     # the Job's fields that never change a window's text, or do only as the backend resolves them
-    inert_or_resolved = {"out", "to_stdout", "quiet", "strict", "compare_eager", "skip_existing", "resume", "subtitles", "ray",
-            "cuda_graphs", "profile_startup", "batch_size", "device", "dtype", "quantize", "threads", "compile",
-            "condition", "vad", "word_timestamps", "without_timestamps"}  # fmt: skip
+    inert_or_resolved = {
+        "out",
+        "to_stdout",
+        "quiet",
+        "strict",
+        "compare_eager",
+        "skip_existing",
+        "resume",
+        "subtitles",
+        "ray",
+        "cuda_graphs",
+        "profile_startup",
+        "batch_size",
+        "device",
+        "dtype",
+        "quantize",
+        "threads",
+        "compile",
+        "condition",
+        "vad",
+        "word_timestamps",
+        "without_timestamps",
+    }
     assert {f.name for f in fields(Job)} == inert_or_resolved | set(changes["job"]), (
         "a new Job field: is it in the identity?"
     )

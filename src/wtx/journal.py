@@ -29,7 +29,7 @@ from pathlib import Path
 from wtx.errors import WtxError
 from wtx.names import display, hidden_name
 
-VERSION = 5  # 5: the input known by content, records authenticated (4: chunks of 8 windows at every batch size)
+VERSION = 5  # 5: inputs known by content, records authenticated (4: chunks of 8 windows)
 
 
 class JournalBusy(WtxError):
@@ -56,9 +56,9 @@ def content_digest(source: str) -> str:
 def source_identity(source: str, config: dict) -> dict:
     """What a journal must have been written for to be resumed: this input's path and content
     (not its time: audio swapped in under the same size and time is other audio) and `config`."""
-    key = json.dumps(config, sort_keys=True)
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     return {"version": VERSION, "source": os.path.abspath(source), "size": os.stat(source).st_size,
-            "content": content_digest(source), "config": hashlib.sha256(key.encode()).hexdigest()[:16]}  # fmt: skip
+            "content": content_digest(source), "config": key}  # fmt: skip
 
 
 def _restart_reason(header: dict | None, identity: dict) -> str:
@@ -75,15 +75,16 @@ def _restart_reason(header: dict | None, identity: dict) -> str:
 def _open_private(path: Path, exclusive: bool = False) -> int:
     """A file descriptor for `path`, created 0600 (with `exclusive`, only created); a link or
     non-regular file is refused."""
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_EXCL if exclusive else 0)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_EXCL if exclusive else 0
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise WtxError(f"{display(path)}: the journal's name is a symbolic link; refusing to "
                            f"follow it (remove the link, or use --no-resume)") from e
-        raise WtxError(f"{display(path)}: cannot open the journal ({e.strerror or e}); remove it, or use "
-                       f"--no-resume") from e  # fmt: skip
+        raise WtxError(f"{display(path)}: cannot open the journal ({e.strerror or e}); "
+                       f"remove it, or use --no-resume") from e  # fmt: skip
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -105,7 +106,8 @@ MAC_LENGTH = 64  # hex digits of an HMAC-SHA256
 
 
 def _mac(key: bytes, previous: str, text: bytes) -> str:
-    """A record's MAC: over its JSON text and the MAC of the record before it ("" for the header)."""
+    """A record's MAC: over its JSON text and the MAC of the record before it ("" before
+    the header)."""
     return hmac.new(key, previous.encode("ascii") + b"\n" + text, hashlib.sha256).hexdigest()
 
 
@@ -142,8 +144,8 @@ def _parse(data: bytes, key: bytes) -> tuple[dict | None, dict[int, Entry], bool
         try:
             authentic = _authentic(key, mac, line)
             if authentic is None:
-                raise CorruptJournal(f"line {i + 1} fails its authentication check: wtx did not write it "
-                                     f"for you, or it was edited")  # fmt: skip
+                raise CorruptJournal(f"line {i + 1} fails its authentication check: wtx did not "
+                                     f"write it for you, or it was edited")  # fmt: skip
             text, next_mac = authentic
             record = json.loads(text.decode("ascii"))
             if not isinstance(record, dict):
@@ -192,12 +194,14 @@ class Journal:
         path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and (reason := _untrusted(st)):  # never opened, locked or read
+            # never opened, locked or read
+            if stat.S_ISREG(st.st_mode) and (reason := _untrusted(st)):
                 self._move_aside(reason)
         self._fd = _open_private(path, exclusive=self.set_aside is not None)
         if reason := _untrusted(os.fstat(self._fd)):  # planted between the two looks
             os.close(self._fd)
-            raise WtxError(f"{display(path)}: the journal is not used ({reason}); remove it, or use --no-resume")
+            raise WtxError(f"{display(path)}: the journal is not used ({reason}); remove it, "
+                           f"or use --no-resume")
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -235,12 +239,14 @@ class Journal:
 
     def _move_aside(self, reason: str) -> None:
         """Renames the journal out of the way, kept for inspection."""
-        aside = self.path.with_name(hidden_name(self.path.name.lstrip("."), ".corrupt", self.path.parent))
+        name = hidden_name(self.path.name.lstrip("."), ".corrupt", self.path.parent)
+        aside = self.path.with_name(name)
         try:
             os.replace(self.path, aside)
         except OSError as e:
-            raise WtxError(f"{display(self.path)}: the journal is not used ({reason}) and cannot be moved aside "
-                           f"({e.strerror or e}); remove it, or use --no-resume") from e  # fmt: skip
+            raise WtxError(f"{display(self.path)}: the journal is not used ({reason}) and "
+                           f"cannot be moved aside ({e.strerror or e}); remove it, or use "
+                           f"--no-resume") from e  # fmt: skip
         self.set_aside = aside
         self.reason = reason
 

@@ -210,7 +210,8 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         inputs = pending
         for item in skipped:
             stderr.print(f"skipped {display(item.path)}: its outputs already exist", highlight=False, markup=False)
-            remove_leftover(journal_path(next(iter(plan.paths[item.path].values()))))  # of a run killed at the end
+            # a journal left by a run killed after writing the outputs
+            remove_leftover(journal_path(next(iter(plan.paths[item.path].values()))))
     if not inputs:
         if failed:
             _error(f"{len(failed)} input(s) failed")
@@ -502,8 +503,11 @@ def journal_config(job: Job, backend: _Backend) -> dict:
     under other options is not resumed."""
     from wtx.quantize import int8_kind  # torch is loaded by now
 
-    return {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
-            "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized, "device": backend.device,
+    quantized = int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized
+    return {"model": job.model, "split": job.split, "condition": backend.condition,
+            "batch_size": backend.batch_size, "task": job.task, "language": job.language,
+            "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype,
+            "quantized": quantized, "device": backend.device,
             "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
             "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
             "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
@@ -604,8 +608,8 @@ class _Input:
     journal: Journal | None = None
     reader: AudioReader | None = None
     done: dict = field(default_factory=dict)  # window index -> Entry
-    prompts: dict = field(default_factory=dict)  # journaled: index -> prompt after it (the Recording's)
-    ends: dict = field(default_factory=dict)  # journaled: index -> last speech after it (the Recording's)
+    prompts: dict = field(default_factory=dict)  # the Recording's: journaled index -> prompt
+    ends: dict = field(default_factory=dict)  # the Recording's: journaled index -> last speech
     advanced: float = 0.0  # seconds of its audio shown as done, window by window
     silent: float = 0.0  # seconds shown as done with the windows the detector dropped (the reading thread's)
 
@@ -654,15 +658,18 @@ class _Run:
                 _warn(f"{name}: its journal was not used ({state.journal.reason}); moved it to "
                       f"{display(state.journal.set_aside)} and starting this input afresh")
             if state.journal.restarted:
-                _note(f"{name}: its journal is not resumed ({state.journal.restarted}); starting this input over")
+                _note(f"{name}: its journal is not resumed ({state.journal.restarted}); "
+                      f"starting this input over")
             if state.journal.entries:
                 self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
             state.done = dict(state.journal.entries)
         journaled = {index: (entry.offset, entry.duration) for index, entry in state.done.items()}
-        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read, journaled=journaled,
-                                   stale=partial(self.journal_stale, state))  # speech: the scheduler's
+        # speech: the scheduler's
+        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read,
+                                   journaled=journaled, stale=partial(self.journal_stale, state))
         state.prompts = {index: entry.prompt for index, entry in state.done.items()}
-        state.ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
+        state.ends = {index: entry.last_speech for index, entry in state.done.items()
+                      if entry.last_speech is not None}  # fmt: skip
         language = next(iter(state.done.values())).language if state.done else job.language
         self._bar(state)  # from the start of its reading: a file decoded in one batch shows its real rate
         return Recording(source, state.reader, state.prompts, language, state.ends,
@@ -675,8 +682,8 @@ class _Run:
             del state.done[i]
             state.prompts.pop(i, None)
             state.ends.pop(i, None)
-        _note(f"{_name(state.item.path)}: its journal does not match its audio from window {index} on; "
-              f"decoding from there again")
+        _note(f"{_name(state.item.path)}: its journal does not match its audio from window "
+              f"{index} on; decoding from there again")
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
