@@ -245,8 +245,8 @@ class Journal:
             os.replace(self.path, aside)
         except OSError as e:
             raise WtxError(f"{display(self.path)}: the journal is not used ({reason}) and "
-                           f"cannot be moved aside ({e.strerror or e}); remove it, or use "
-                           f"--no-resume") from e  # fmt: skip
+                           f"cannot be moved aside ({e.strerror or e}); have its owner remove "
+                           f"it, or use --no-resume or another -o folder") from e  # fmt: skip
         self.set_aside = aside
         self.reason = reason
 
