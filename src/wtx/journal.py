@@ -48,7 +48,7 @@ class Entry:
 
 
 def content_digest(source: str) -> str:
-    """A hash of the file's bytes (read once, in blocks; about 1 ms per MB)."""
+    """A hash of the file's bytes, read in blocks (never whole into memory)."""
     with open(source, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()[:32]
 
