@@ -196,12 +196,18 @@ def test_two_processes_share_output_and_cache_dirs(long_input, tmp_path):
     assert sorted(p.name for p in (models / "tiny.en").iterdir()) == ["checkpoint.pt", "checkpoint.pt.sha256"]
 
 
-def test_same_input_twice_at_once_never_corrupts(tmp_path, long_input):
+def test_same_input_twice_at_once_never_corrupts(tmp_path):
+    """A second process on an input whose journal another one holds is refused, writing nothing."""
+    from wtx.journal import Journal, journal_path
+
     out_dir = tmp_path / "out"
-    procs = [start(long_input, out_dir) for _ in range(2)]
-    results = [p.communicate(timeout=600) for p in procs]
-    codes = sorted(p.returncode for p in procs)
-    assert codes[0] == 0, results
-    if codes[1] != 0:  # the second one found the first at work and said so
-        assert any(b"another wtx process" in err for _, err in results)
-    assert {p.name for p in out_dir.iterdir()} == {"long.txt", "long.srt", "long.json"}
+    out_dir.mkdir()
+    # the first process: its journal locked
+    first = Journal(journal_path(out_dir / "sample.txt"), {"version": VERSION})
+    try:
+        second = run_wtx("transcribe", str(SAMPLE), "-o", str(out_dir), "-f", "txt,srt", "-b", "1")
+    finally:
+        first.close()
+    assert second.returncode == 1, second.stderr.decode()[-2000:]
+    assert b"another wtx process is transcribing it" in second.stderr
+    assert [p.name for p in out_dir.iterdir()] == [".sample.wtx-journal"]  # the first one's

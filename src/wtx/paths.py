@@ -6,7 +6,9 @@ a folder or file that another user owns, or that others can write, is refused.
 """
 
 import os
+import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 from wtx.errors import UntrustedCache, WtxError
@@ -73,3 +75,52 @@ def private_dir(path: Path) -> Path:
         ) from e
     check_trusted(path)
     return path
+
+
+JOURNAL_KEY = "journal.key"
+
+
+def journal_key() -> bytes:
+    """This user's secret for authenticating resume journals (wtx.journal): 32 random bytes in
+    the private cache, created once with mode 0600 and published whole (never half-written,
+    never through a link). A key file someone else could have written is refused."""
+    folder = private_dir(cache_dir())
+    path = folder / JOURNAL_KEY
+    if not os.path.lexists(path):
+        try:
+            _publish(path, secrets.token_bytes(32))
+        except OSError as e:
+            raise WtxError(f"{path}: cannot create the journal key ({e.strerror or e}); make "
+                           f"{folder} writable or set WTX_CACHE_DIR to another folder") from e
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise WtxError(f"{path}: cannot read the journal key ({e.strerror or e}); remove it "
+                       f"(a new one is made)") from e
+    try:
+        st = os.fstat(fd)
+        key = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UntrustedCache(f"{path}: the journal key is not a private file of yours (owner "
+                             f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); remove it (a new "
+                             f"one is made)")
+    if len(key) != 32:
+        raise WtxError(f"{path}: the journal key is damaged; remove it (a new one is made)")
+    return key
+
+
+def _publish(path: Path, data: bytes) -> None:
+    """Writes `data` to a new file of mode 0600 at `path`, whole or not at all; where another
+    process published one first, its file stays."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mode 0600
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(fd)
+        os.unlink(tmp)

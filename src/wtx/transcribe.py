@@ -25,7 +25,7 @@ from wtx.audio import STDIN, is_pipe, probe_duration, stream_samples
 from wtx.cluster import ClusterOptions
 from wtx.errors import WtxError
 from wtx.inputs import Input
-from wtx.journal import Entry, Journal, journal_path, source_identity
+from wtx.journal import Entry, Journal, journal_path, remove_leftover, source_identity
 from wtx.names import display
 from wtx.outputs import complete, plan_outputs
 from wtx.progress import TranscribeProgress, format_duration, stderr
@@ -206,10 +206,8 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         pending = []
         for item in inputs:
             paths = plan.paths[item.path]
-            # its own outputs (the plan never gives an input another's), all of one set, and no
-            # journal of an unfinished run beside them
-            unfinished = journal_path(next(iter(paths.values()))).exists()
-            done = item.path != STDIN and complete(paths) and not unfinished
+            # its own outputs (the plan never gives an input another's), all of one set
+            done = item.path != STDIN and complete(paths)
             (skipped if done else pending).append(item)
             if done:
                 sweep(list(paths.values()))
@@ -217,6 +215,8 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
         for item in skipped:
             message = f"skipped {display(item.path)}: its outputs already exist"
             stderr.print(message, highlight=False, markup=False, soft_wrap=True)  # one line
+            # a journal left by a run killed after writing the outputs
+            remove_leftover(journal_path(next(iter(plan.paths[item.path].values()))))
     if not inputs:
         if failed:
             _error(f"{len(failed)} input(s) failed")
@@ -319,6 +319,10 @@ def _modes_note(without_timestamps: bool, condition: bool) -> str:
     """What the status line says of the decoding mode (engine.resolve_modes)."""
     text = "text only" if without_timestamps else "timestamps"
     return f"{text}, {'each window prompted with the text before it' if condition else 'each window alone'}"
+
+
+def _note(message: str) -> None:
+    stderr.print(f"note: {message}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _status(line: str) -> None:
@@ -499,18 +503,26 @@ def _open_files_for_every_journal() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
-def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
-                readahead: ReadAhead) -> int:  # fmt: skip
+def journal_config(job: Job, backend: _Backend) -> dict:
+    """Everything that changes a window's text, as resolved for the device: a journal written
+    under other options is not resumed."""
     from wtx.quantize import int8_kind  # torch is loaded by now
 
-    # everything that changes a window's text: a journal written under other options is not resumed
-    config = {"model": job.model, "split": job.split, "condition": backend.condition, "batch_size": backend.batch_size,
-              "task": job.task, "language": job.language, "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype, "quantized": int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized, "device": backend.device,
-              "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
-              "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
-              "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
-              "word_probabilities": backend.word_timestamps and _shows_probabilities(job),
-              "without_timestamps": backend.without_timestamps}  # fmt: skip
+    quantized = int8_kind(backend.vnni) if backend.quantized == "int8" else backend.quantized
+    return {"model": job.model, "split": job.split, "condition": backend.condition,
+            "batch_size": backend.batch_size, "task": job.task, "language": job.language,
+            "dtype": backend.dtype, "encoder_dtype": backend.encoder_dtype or backend.dtype,
+            "quantized": quantized, "device": backend.device,
+            "compiled": backend.compiled, "vad": backend.vad, "threads": backend.threads,
+            "beam_size": job.beam_size, "best_of": job.best_of, "patience": job.patience,
+            "length_penalty": job.length_penalty, "word_timestamps": backend.word_timestamps,
+            "word_probabilities": backend.word_timestamps and _shows_probabilities(job),
+            "without_timestamps": backend.without_timestamps}  # fmt: skip
+
+
+def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backend: _Backend, job: Job,
+                readahead: ReadAhead) -> int:  # fmt: skip
+    config = journal_config(job, backend)
     stock, engine = backend.stock, backend.engine
 
     total = sum(known) if len(known) == len(inputs) else None
@@ -601,6 +613,8 @@ class _Input:
     journal: Journal | None = None
     reader: AudioReader | None = None
     done: dict = field(default_factory=dict)  # window index -> Entry
+    prompts: dict = field(default_factory=dict)  # the Recording's: journaled index -> prompt
+    ends: dict = field(default_factory=dict)  # the Recording's: journaled index -> last speech
     advanced: float = 0.0  # seconds of its audio shown as done, window by window
     silent: float = 0.0  # seconds shown as done with the windows the detector dropped (the reading thread's)
 
@@ -646,17 +660,35 @@ class _Run:
         if state.paths and job.resume and not is_pipe(source):
             state.journal = Journal(journal_path(next(iter(state.paths.values()))), source_identity(source, self.config))
             if state.journal.set_aside:
-                _warn(f"{name}: its journal could not be read ({state.journal.reason}); moved it to "
+                _warn(f"{name}: its journal was not used ({state.journal.reason}); moved it to "
                       f"{display(state.journal.set_aside)} and starting this input afresh")
+            if state.journal.restarted:
+                _note(f"{name}: its journal is not resumed ({state.journal.restarted}); "
+                      f"starting this input over")
             if state.journal.entries:
                 self.progress.log(f"resuming {name}: {len(state.journal.entries)} windows already done")
             state.done = dict(state.journal.entries)
-        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read)  # speech: the scheduler's
-        prompts = {index: entry.prompt for index, entry in state.done.items()}
-        ends = {index: entry.last_speech for index, entry in state.done.items() if entry.last_speech is not None}
+        journaled = {index: (entry.offset, entry.duration) for index, entry in state.done.items()}
+        # speech: the scheduler's
+        state.reader = AudioReader(source, job.split, skip=state.done, read=self.read,
+                                   journaled=journaled, stale=partial(self.journal_stale, state))
+        state.prompts = {index: entry.prompt for index, entry in state.done.items()}
+        state.ends = {index: entry.last_speech for index, entry in state.done.items()
+                      if entry.last_speech is not None}  # fmt: skip
         language = next(iter(state.done.values())).language if state.done else job.language
         self._bar(state)  # from the start of its reading: a file decoded in one batch shows its real rate
-        return Recording(source, state.reader, prompts, language, ends, silent=partial(self.window_silent, state))
+        return Recording(source, state.reader, state.prompts, language, state.ends,
+                         silent=partial(self.window_silent, state))  # fmt: skip
+
+    def journal_stale(self, state: _Input, index: int) -> None:
+        """The journaled windows from `index` on are not the input's (in the reading thread,
+        before that window is passed on): they are decoded again, and nothing of theirs is used."""
+        for i in [i for i in list(state.done) if i >= index]:
+            del state.done[i]
+            state.prompts.pop(i, None)
+            state.ends.pop(i, None)
+        _note(f"{_name(state.item.path)}: its journal does not match its audio from window "
+              f"{index} on; decoding from there again")
 
     def _bar(self, state: _Input) -> None:
         key = state.item.path
