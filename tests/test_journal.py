@@ -294,7 +294,7 @@ def test_a_reader_passes_on_journaled_windows_that_are_not_the_inputs():
 
 def test_skip_existing_removes_a_journal_left_beside_finished_outputs(tmp_path):
     (tmp_path / "sample.txt").write_text("done\n")
-    (tmp_path / "sample.srt").write_text("done\n")
+    (tmp_path / "sample.srt").write_text("1\n00:00:00,000 --> 00:00:01,000\ndone\n")
     journal = written(journal_path(tmp_path / "sample.txt"))
     run = run_wtx(
         "transcribe", str(SAMPLE), "-o", str(tmp_path), "--skip-existing", "-f", "txt,srt"
