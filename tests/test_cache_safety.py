@@ -1,0 +1,166 @@
+"""The wtx cache when it cannot be used: a full disk, a folder this user cannot reach, a folder
+another user owns, a damaged bundle; and `--ray` to an address where no cluster listens.
+
+Each failure is one line that names the folder (or address) and the fix, never a traceback."""
+
+import contextlib
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SAMPLE
+from wtx.errors import UntrustedCache, WtxError
+
+NOBODY = 65534
+TORCH_SHORT_WRITE = "[enforce fail at inline_container.cc:672] . unexpected pos 1091136 vs 1091024"
+
+
+def _bundled_tiny_en() -> None:
+    from wtx import weights
+
+    if weights._bundled_sources(weights.BUNDLED["tiny.en"]) is None:
+        pytest.skip("the bundled tiny.en weights are not installed")
+
+
+def test_a_full_disk_during_conversion_is_one_error_and_leaves_nothing(tmp_path, monkeypatch):
+    """torch.save into a full disk raises RuntimeError from its zip writer: the conversion
+    reports the folder, the model and the fix, and leaves no partial file in the cache."""
+    import torch
+
+    from wtx import weights
+
+    _bundled_tiny_en()
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("WTX_CACHE_DIR", str(cache))
+
+    def short_write(obj, path):  # what a full disk does: some bytes written, then the error
+        Path(path).write_bytes(b"PK\x03\x04 partial")
+        raise RuntimeError(TORCH_SHORT_WRITE)
+
+    monkeypatch.setattr(torch, "save", short_write)
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(1 << 30, 1 << 30, 0)
+    )
+    with pytest.raises(WtxError) as raised:
+        weights.resolve("tiny.en")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{cache / 'models'}: ")
+    assert "tiny.en" in message and "free space there" in message and "WTX_CACHE_DIR" in message
+    assert list((cache / "models").iterdir()) == []  # no staging folder, no partial checkpoint
+
+
+@contextlib.contextmanager
+def _as_user(uid: int):
+    """This process acts as user `uid` (its effective id) for a block; root only."""
+    os.seteuid(uid)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+def _unreachable_cache(monkeypatch) -> Path:
+    """A WTX_CACHE_DIR inside a root-only folder, as `WTX_CACHE_DIR=/root/x` is for a user."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to act as another user")
+    locked = Path(tempfile.mkdtemp(prefix="wtx-root-only-"))  # mode 0700, owned by root
+    monkeypatch.setenv("WTX_CACHE_DIR", str(locked / "x"))
+    return locked / "x"
+
+
+def _entry_points():
+    from wtx import compile_cache, paths, weights
+
+    return {
+        "create": lambda: paths.private_dir(paths.cache_dir() / "compiled"),
+        "convert": lambda: weights.resolve("tiny.en"),
+        "load_bundle": lambda: compile_cache.load_bundle("key"),
+        "load_function": lambda: compile_cache.load_function("key", "encoder"),
+    }
+
+
+@pytest.mark.parametrize("entry", ["create", "convert", "load_bundle", "load_function"])
+def test_a_cache_folder_you_cannot_reach_is_one_error(entry, monkeypatch):
+    """Every way into the cache (creating a folder, the converted weights, the compiled
+    artifacts) says which folder it cannot use and that WTX_CACHE_DIR picks another."""
+    import torch  # noqa: F401 (imported before acting as a user who cannot read the venv)
+
+    root = _unreachable_cache(monkeypatch)
+    call = _entry_points()[entry]
+    try:
+        with _as_user(NOBODY), pytest.raises(WtxError) as raised:
+            call()
+    finally:
+        shutil.rmtree(root.parent)
+    message = str(raised.value)
+    assert not isinstance(raised.value, UntrustedCache)
+    assert "\n" not in message
+    assert message.startswith(f"{root}: cannot ")
+    assert (
+        "Permission denied" in message and "set WTX_CACHE_DIR to a folder you can write" in message
+    )
+
+
+def _without_root_file_access():
+    """In the child: root keeps its id but loses the right to read and search others' folders
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), as any user is; the venv, root's, stays usable."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, cap_dac_override, cap_dac_read_search = 24, 1, 2
+    for cap in (cap_dac_override, cap_dac_read_search):
+        if libc.prctl(pr_capbset_drop, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def test_the_cli_says_in_one_line_that_the_cache_is_out_of_reach(tmp_path):
+    """`WTX_CACHE_DIR=/root/x wtx transcribe ...` as a user: one error line, exit 1."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to make a folder another user owns")
+    locked = tmp_path / "someone-elses"
+    locked.mkdir(mode=0o700)
+    os.chown(locked, NOBODY, NOBODY)
+    env = {**os.environ, "WTX_CACHE_DIR": str(locked / "x"), "PYTHONPATH": str(ROOT / "src")}
+    command = [sys.executable, "-m", "wtx", "transcribe", str(SAMPLE), "-o", str(tmp_path / "out")]
+    try:
+        done = subprocess.run(
+            [*command, "--no-vad", "-b", "1", "-q"],
+            capture_output=True,
+            env=env,
+            timeout=300,
+            check=False,
+            preexec_fn=_without_root_file_access,
+        )
+    except subprocess.SubprocessError as e:
+        pytest.skip(f"cannot drop root's file access here ({e})")
+    errors = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 1, done.stderr.decode()
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"error: {locked / 'x'}: cannot ")
+    assert "(Permission denied); set WTX_CACHE_DIR to a folder you can write" in errors[0]
+    assert done.stdout == b""
+
+
+def test_a_cache_another_user_owns_is_refused_with_the_fix_that_applies(tmp_path, monkeypatch):
+    """chmod cannot fix a folder someone else owns: the refusal names the owner and says to use
+    your own WTX_CACHE_DIR or remove it."""
+    from wtx import compile_cache
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to make a folder another user owns")
+    root = tmp_path / "cache"
+    (root / "compiled").mkdir(parents=True, mode=0o700)
+    root.chmod(0o700)
+    os.chown(root, NOBODY, NOBODY)
+    monkeypatch.setenv("WTX_CACHE_DIR", str(root))
+    with pytest.raises(UntrustedCache) as raised:
+        compile_cache.load_function("key", "encoder")
+    message = str(raised.value)
+    assert f"{root} is owned by user id {NOBODY} (" in message
+    assert "use your own WTX_CACHE_DIR or remove it" in message
+    assert "chmod" not in message
