@@ -7,9 +7,11 @@ import contextlib
 import ctypes
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,56 @@ def test_a_cache_another_user_owns_is_refused_with_the_fix_that_applies(tmp_path
     assert f"{root} is owned by user id {NOBODY} (" in message
     assert "use your own WTX_CACHE_DIR or remove it" in message
     assert "chmod" not in message
+
+
+def _closed_port() -> int:
+    """A local port where nothing listens (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_nothing_listening_at_the_ray_address_is_one_error_at_once():
+    """`--ray HOST:PORT` where no cluster listens: a line says it is connecting, then one error
+    names the address, at once (Ray alone retried silently for minutes)."""
+    pytest.importorskip("ray")
+    from wtx import cluster
+
+    address = f"127.0.0.1:{_closed_port()}"
+    status = []
+    started = time.monotonic()
+    with pytest.raises(WtxError) as raised:
+        cluster.connect(cluster.ClusterOptions(address), on_status=status.append)
+    assert time.monotonic() - started < 5
+    assert status == [f"connecting to the Ray cluster at {address} ..."]
+    message = str(raised.value)
+    assert message.startswith(f"--ray {address}: no Ray cluster there (Connection refused); ")
+    assert "ray start --head" in message and "\n" not in message
+
+
+def test_a_ray_head_that_does_not_answer_times_out_in_one_line(tmp_path):
+    """A port that accepts connections but never answers as Ray does: wtx gives up after
+    WTX_RAY_CONNECT_TIMEOUT seconds with one line and exit 1; no Ray cluster is started."""
+    pytest.importorskip("ray")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WTX_RAY_CONNECT_TIMEOUT": "2"}
+        command = [sys.executable, "-m", "wtx", "transcribe", str(SAMPLE), "-o", str(tmp_path)]
+        started = time.monotonic()
+        done = subprocess.run(
+            [*command, "--ray", address], capture_output=True, env=env, timeout=60, check=False
+        )
+    assert time.monotonic() - started < 30
+    assert done.returncode == 1, done.stderr.decode()
+    error = (
+        f"error: --ray {address}: the Ray cluster did not answer within 2 s; check that a Ray "
+        f"head runs there, or set WTX_RAY_CONNECT_TIMEOUT to wait longer"
+    )
+    assert done.stderr.decode().splitlines() == [
+        f"connecting to the Ray cluster at {address} ...",
+        error,
+    ]
+    assert done.stdout == b""
+    assert list(tmp_path.iterdir()) == []
