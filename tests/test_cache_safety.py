@@ -85,10 +85,14 @@ def _entry_points():
         "convert": lambda: weights.resolve("tiny.en"),
         "load_bundle": lambda: compile_cache.load_bundle("key"),
         "load_function": lambda: compile_cache.load_function("key", "encoder"),
+        "cache_info": compile_cache.entries,
+        "cache_clear": lambda: compile_cache.clear(include_models=True),
     }
 
 
-@pytest.mark.parametrize("entry", ["create", "convert", "load_bundle", "load_function"])
+@pytest.mark.parametrize(
+    "entry", ["create", "convert", "load_bundle", "load_function", "cache_info", "cache_clear"]
+)
 def test_a_cache_folder_you_cannot_reach_is_one_error(entry, monkeypatch):
     """Every way into the cache (creating a folder, the converted weights, the compiled
     artifacts) says which folder it cannot use and that WTX_CACHE_DIR picks another."""

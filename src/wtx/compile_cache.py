@@ -225,23 +225,32 @@ class Entry:
 
 
 def entries() -> list[Entry]:
-    """What the cache holds: converted models, compiled bundles, Inductor and Triton caches."""
+    """What the cache holds: converted models, compiled bundles, Inductor and Triton caches. A
+    cache this user cannot read is a WtxError naming the folder."""
     root = cache_dir()
     found = []
-    for name in ("models", *SUBDIRS):
-        folder = root / name
-        if folder.is_dir():
-            files = [p for p in folder.rglob("*") if p.is_file()]
-            found.append(Entry(folder, len(files), sum(p.stat().st_size for p in files)))
+    try:
+        for name in ("models", *SUBDIRS):
+            folder = root / name
+            if folder.is_dir():
+                files = [p for p in folder.rglob("*") if p.is_file()]
+                found.append(Entry(folder, len(files), sum(p.stat().st_size for p in files)))
+    except OSError as e:
+        raise unusable(Path(e.filename or root), e, "read the wtx cache") from e
     return found
 
 
 def clear(include_models: bool = False) -> list[Path]:
+    """Removes the compiled artifacts (and the converted models); the folders removed. One that
+    cannot be removed is a WtxError naming it."""
     root = cache_dir()
     removed = []
-    for name in (*SUBDIRS, *(("models",) if include_models else ())):
-        folder = root / name
-        if folder.is_dir():
-            shutil.rmtree(folder)
-            removed.append(folder)
+    try:
+        for name in (*SUBDIRS, *(("models",) if include_models else ())):
+            folder = root / name
+            if folder.is_dir():
+                shutil.rmtree(folder)
+                removed.append(folder)
+    except OSError as e:
+        raise unusable(Path(e.filename or root), e, "clear the wtx cache") from e
     return removed

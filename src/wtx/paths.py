@@ -61,7 +61,19 @@ def unusable(folder: Path, error: OSError, doing: str = "use the wtx cache") -> 
         fix = "check that disk, or set WTX_CACHE_DIR to a folder on another disk"
     else:
         fix = "set WTX_CACHE_DIR to another folder"
-    return WtxError(f"{folder}: cannot {doing} there ({reason}); {fix}")
+    return WtxError(f"{_named(Path(folder))}: cannot {doing} there ({reason}); {fix}")
+
+
+def _named(folder: Path) -> Path:
+    """`folder`, or the cache root when the root itself is out of reach: the folder that
+    WTX_CACHE_DIR names is the one to change."""
+    root = cache_dir()
+    if root in folder.parents:
+        try:
+            os.lstat(root)
+        except PermissionError:
+            return root
+    return folder
 
 
 def _lstat(path: Path) -> os.stat_result | None:
