@@ -223,3 +223,30 @@ def test_a_ray_head_that_does_not_answer_times_out_in_one_line(tmp_path):
     ]
     assert done.stdout == b""
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("junk", [b"this is not a bundle", b""])
+def test_corrupt_bundle_is_removed_and_rebuilt(tmp_path, monkeypatch, junk):
+    """A compiled-artifact bundle torch cannot read is removed with a message naming it, and
+    the next look finds none, so the engine compiles afresh and saves a new one (the engine's
+    side, with a real compile: test_compile.py::test_corrupt_artifacts_are_removed_and_rebuilt)."""
+    from wtx import compile_cache
+
+    monkeypatch.setenv("WTX_CACHE_DIR", str(tmp_path))
+    compile_cache.private_dir(tmp_path / "compiled")
+    for path in (compile_cache.bundle_path("key"), compile_cache.function_path("key", "encoder")):
+        path.write_bytes(junk)
+        path.chmod(0o600)
+    with pytest.raises(compile_cache.CorruptBundle) as bundle:
+        compile_cache.load_bundle("key")
+    assert str(bundle.value).startswith(
+        f"{compile_cache.bundle_path('key')}: corrupt compiled-artifact bundle removed ("
+    )
+    with pytest.raises(compile_cache.CorruptBundle) as function:
+        compile_cache.load_function("key", "encoder")
+    assert str(function.value).startswith(
+        f"{compile_cache.function_path('key', 'encoder')}: unreadable compiled function removed ("
+    )
+    assert list((tmp_path / "compiled").iterdir()) == []
+    assert compile_cache.load_bundle("key") is False
+    assert compile_cache.load_function("key", "encoder") is None
