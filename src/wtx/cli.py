@@ -292,7 +292,7 @@ def cache_info() -> None:
     from wtx.paths import cache_dir
 
     typer.echo(f"cache: {cache_dir()}", err=True)
-    found = entries()
+    found = _or_exit(entries)
     if not found:
         typer.echo("empty", err=True)
     for entry in found:
@@ -306,11 +306,22 @@ def cache_clear(
     """Remove compiled artifacts (and, with --models, converted checkpoints)."""
     from wtx.compile_cache import clear
 
-    removed = clear(include_models=models)
+    removed = _or_exit(lambda: clear(include_models=models))
     for path in removed:
         typer.echo(f"removed {path}", err=True)
     if not removed:
         typer.echo("nothing to remove", err=True)
+
+
+def _or_exit(call):
+    """call()'s result; a WtxError is its one line on stderr and exit 1."""
+    from wtx.errors import WtxError
+
+    try:
+        return call()
+    except WtxError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import pickle
+import socket
 import sys
 import tempfile
 import threading
@@ -40,6 +41,8 @@ REQUIREMENT = "ray[data]>=2.60,<2.61"
 INSTALL = "pip install 'wtx[ray]'"
 TESTED = ((2, 60),)  # (major, minor) releases the tests ran on
 CALLS_IN_FLIGHT = 4  # per worker, all served at once: while one call's last chunks finish, the others' fill the rows
+CONNECT_TIMEOUT_ENV = "WTX_RAY_CONNECT_TIMEOUT"  # seconds to wait for a cluster's head (default 30)
+CONNECT_TIMEOUT = 30.0
 CRASH_ENV = "WTX_RAY_CRASH_ONCE"  # tests only: "PATH:N" - a worker exits on its Nth call if PATH exists, once
 
 
@@ -79,8 +82,10 @@ class Resolved:
     condition: bool = True  # windows prompted with the previous text (engine.pick_condition)
 
 
-def connect(options: ClusterOptions, workers_hint: int = 1):
-    """Starts or joins the Ray cluster, quietly. Raises WtxError without Ray or on another release."""
+def connect(options: ClusterOptions, workers_hint: int = 1, on_status=None):
+    """Starts or joins the Ray cluster, quietly; on_status(line) hears which address it joins.
+    Raises WtxError without Ray or on another release, and when no cluster answers at the
+    address within connect_timeout() seconds."""
     try:
         import ray
     except ImportError as e:
@@ -94,8 +99,12 @@ def connect(options: ClusterOptions, workers_hint: int = 1):
         cpus = max(os.cpu_count() or 1, workers_hint + int(options.cpus_per_worker + 0.999))
         ray.init(address="local", num_cpus=cpus, **quiet)
     else:
+        if on_status is not None:
+            on_status(f"connecting to the Ray cluster at {options.address} ...")
+        timeout = connect_timeout()
+        _check_listening(options.address, timeout)
         try:
-            ray.init(address=options.address, **quiet)
+            _join(ray, options.address, timeout, quiet)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise WtxError(f"--ray {options.address}: cannot join the Ray cluster ({e})") from e
     context = ray.data.DataContext.get_current()
@@ -103,6 +112,61 @@ def connect(options: ClusterOptions, workers_hint: int = 1):
     context.print_on_execution_start = False
     logging.getLogger("ray").setLevel(logging.ERROR)
     return ray
+
+
+def connect_timeout() -> float:
+    """How long to wait for a cluster's head: WTX_RAY_CONNECT_TIMEOUT seconds, else 30."""
+    try:
+        return max(0.1, float(os.environ.get(CONNECT_TIMEOUT_ENV, CONNECT_TIMEOUT)))
+    except ValueError:
+        return CONNECT_TIMEOUT
+
+
+def _head(address: str) -> tuple[str, int] | None:
+    """(HOST, PORT) of an address written HOST:PORT (or ray://HOST:PORT); None for 'auto'."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None
+
+
+def _check_listening(address: str, timeout: float) -> None:
+    """A WtxError at once when nothing accepts a connection at HOST:PORT (Ray itself would
+    retry for minutes, silently)."""
+    head = _head(address)
+    if head is None:
+        return
+    try:
+        socket.create_connection(head, timeout=timeout).close()
+    except OSError as e:
+        timed_out = isinstance(e, TimeoutError)
+        reason = f"no answer within {timeout:g} s" if timed_out else e.strerror or str(e)
+        raise WtxError(f"--ray {address}: no Ray cluster there ({reason}); start one on that "
+                       f"machine (ray start --head --port={head[1]}) or give its head's "
+                       f"address") from e  # fmt: skip
+
+
+def _join(ray, address: str, timeout: float, quiet: dict) -> None:
+    """ray.init(address), waited for at most `timeout` seconds: a head that accepts connections
+    but does not answer (not Ray, or overloaded) is a WtxError, not a silent wait. Ray's own
+    errors are raised as they came."""
+    outcome: list[BaseException | None] = []
+    finished = threading.Event()
+
+    def init() -> None:
+        try:
+            ray.init(address=address, **quiet)
+            outcome.append(None)
+        except BaseException as e:  # handed to the caller's thread
+            outcome.append(e)
+        finally:
+            finished.set()
+
+    threading.Thread(target=init, name="wtx-ray-connect", daemon=True).start()
+    if not finished.wait(timeout):
+        raise WtxError(f"--ray {address}: the Ray cluster did not answer within {timeout:g} s; "
+                       f"check that a Ray head runs there, or set {CONNECT_TIMEOUT_ENV} to wait "
+                       f"longer")  # fmt: skip
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def cluster_device(ray, device: str | None) -> str:

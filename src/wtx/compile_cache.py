@@ -21,7 +21,7 @@ from pathlib import Path
 
 from wtx import __version__
 from wtx.atomic import atomic_path
-from wtx.paths import cache_dir, check_trusted, private_dir
+from wtx.paths import cache_dir, check_trusted, private_dir, unusable
 
 SUBDIRS = ("compiled", "inductor", "triton")
 
@@ -142,9 +142,9 @@ def load_bundle(key: str) -> bool:
     import torch
 
     path = bundle_path(key)
+    check_trusted(path)  # first: a cache folder this user cannot search is a WtxError naming it
     if not path.is_file():
         return False
-    check_trusted(path)
     try:
         info = torch.compiler.load_cache_artifacts(path.read_bytes())
     except Exception as e:
@@ -158,6 +158,8 @@ def load_bundle(key: str) -> bool:
 
 
 def save_bundle(key: str) -> Path | None:
+    """Saves what torch compiled in this process as one bundle, atomically; None when there is
+    nothing to save. A write that fails is a WtxError naming the folder and the fix."""
     import torch
 
     result = torch.compiler.save_cache_artifacts()
@@ -166,8 +168,11 @@ def save_bundle(key: str) -> Path | None:
     data, _ = result
     path = bundle_path(key)
     private_dir(path.parent)
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
+    try:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    except OSError as e:
+        raise unusable(path.parent, e, "save compiled artifacts") from e
     return path
 
 
@@ -176,11 +181,15 @@ def function_path(key: str, name: str) -> Path:
 
 
 def save_function(key: str, name: str, compiled) -> Path:
-    """Saves an ahead-of-time compiled function (the result of `.aot_compile()`), atomically."""
+    """Saves an ahead-of-time compiled function (the result of `.aot_compile()`), atomically.
+    A write that fails is a WtxError naming the folder and the fix."""
     path = function_path(key, name)
     private_dir(path.parent)
-    with atomic_path(path) as tmp:
-        compiled.save_compiled_function(str(tmp))
+    try:
+        with atomic_path(path) as tmp:
+            compiled.save_compiled_function(str(tmp))
+    except OSError as e:
+        raise unusable(path.parent, e, "save a compiled function") from e
     return path
 
 
@@ -190,9 +199,9 @@ def load_function(key: str, name: str):
     import torch
 
     path = function_path(key, name)
+    check_trusted(path)  # first: a cache folder this user cannot search is a WtxError naming it
     if not path.is_file():
         return None
-    check_trusted(path)
     try:
         with path.open("rb") as f:
             function = torch.compiler.load_compiled_function(f)
@@ -216,23 +225,32 @@ class Entry:
 
 
 def entries() -> list[Entry]:
-    """What the cache holds: converted models, compiled bundles, Inductor and Triton caches."""
+    """What the cache holds: converted models, compiled bundles, Inductor and Triton caches. A
+    cache this user cannot read is a WtxError naming the folder."""
     root = cache_dir()
     found = []
-    for name in ("models", *SUBDIRS):
-        folder = root / name
-        if folder.is_dir():
-            files = [p for p in folder.rglob("*") if p.is_file()]
-            found.append(Entry(folder, len(files), sum(p.stat().st_size for p in files)))
+    try:
+        for name in ("models", *SUBDIRS):
+            folder = root / name
+            if folder.is_dir():
+                files = [p for p in folder.rglob("*") if p.is_file()]
+                found.append(Entry(folder, len(files), sum(p.stat().st_size for p in files)))
+    except OSError as e:
+        raise unusable(Path(e.filename or root), e, "read the wtx cache") from e
     return found
 
 
 def clear(include_models: bool = False) -> list[Path]:
+    """Removes the compiled artifacts (and the converted models); the folders removed. One that
+    cannot be removed is a WtxError naming it."""
     root = cache_dir()
     removed = []
-    for name in (*SUBDIRS, *(("models",) if include_models else ())):
-        folder = root / name
-        if folder.is_dir():
-            shutil.rmtree(folder)
-            removed.append(folder)
+    try:
+        for name in (*SUBDIRS, *(("models",) if include_models else ())):
+            folder = root / name
+            if folder.is_dir():
+                shutil.rmtree(folder)
+                removed.append(folder)
+    except OSError as e:
+        raise unusable(Path(e.filename or root), e, "clear the wtx cache") from e
     return removed

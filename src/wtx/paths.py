@@ -5,6 +5,7 @@ every run trusts, so it is created private (0700) and checked before anything in
 a folder or file that another user owns, or that others can write, is refused.
 """
 
+import errno
 import os
 import secrets
 import stat
@@ -27,52 +28,95 @@ def whisper_cache_dir() -> Path:
     return Path(root) / "whisper"
 
 
-def _untrusted(path: Path, st: os.stat_result) -> str | None:
-    """Why `path` may hold someone else's code, or None."""
-    if st.st_uid != os.getuid():
-        return f"{path} is owned by user id {st.st_uid}, not by you"
+def _owner(uid: int) -> str:
+    """`uid` with its user name where the system knows it: "65534 (nobody)"."""
+    import pwd
+
+    try:
+        return f"{uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return str(uid)
+
+
+def _refusal(path: Path, st: os.stat_result) -> str | None:
+    """Why `path` may hold someone else's code, and the fix that applies; None when it is safe."""
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link; remove it, or set WTX_CACHE_DIR to a folder of your own"
+    if st.st_uid != os.geteuid():
+        return (f"{path} is owned by user id {_owner(st.st_uid)}, not by you; use your own "
+                f"WTX_CACHE_DIR or remove it")  # fmt: skip
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+        return (f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); fix it with "
+                f"'chmod go-w {path}', or set WTX_CACHE_DIR to a folder of your own")  # fmt: skip
     return None
+
+
+def unusable(folder: Path, error: OSError, doing: str = "use the wtx cache") -> WtxError:
+    """The one error for a cache folder this user cannot create, read or write (`doing` says
+    what failed): names the folder, the system's reason and the fix that applies."""
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space there, or set WTX_CACHE_DIR to a folder on another disk"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "set WTX_CACHE_DIR to a folder you can write (or make this one writable for you)"
+    elif error.errno == errno.EIO:
+        fix = "check that disk, or set WTX_CACHE_DIR to a folder on another disk"
+    else:
+        fix = "set WTX_CACHE_DIR to another folder"
+    return WtxError(f"{_named(Path(folder))}: cannot {doing} there ({reason}); {fix}")
+
+
+def _named(folder: Path) -> Path:
+    """`folder`, or the cache root when the root itself is out of reach: the folder that
+    WTX_CACHE_DIR names is the one to change."""
+    root = cache_dir()
+    if root in folder.parents:
+        try:
+            os.lstat(root)
+        except PermissionError:
+            return root
+    return folder
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """The entry itself (links not followed); None when missing. A folder on the way that this
+    user cannot search is a WtxError naming it."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise unusable(Path(e.filename or path), e, "read the wtx cache") from e
 
 
 def check_trusted(path: Path) -> None:
     """Raises UntrustedCache unless `path` (a cache folder or file) and every cache folder above
-    it are owned by this user and writable by no one else. Links are not followed."""
+    it are owned by this user and writable by no one else. Links are not followed. A folder this
+    user cannot read is a WtxError naming it (a missing `path` is not an error)."""
     path = Path(path)
     root = cache_dir()
     chain = [path]
     if path != root and root in path.parents:
         chain += [p for p in path.parents if p == root or root in p.parents]
-    for item in chain:
-        try:
-            st = os.lstat(item)
-        except FileNotFoundError:
-            continue
-        reason = "a symbolic link" if stat.S_ISLNK(st.st_mode) else _untrusted(item, st)
+    for item in reversed(chain):  # from the top down: the first folder at fault is named
+        st = _lstat(item)
+        reason = _refusal(item, st) if st else None
         if reason:
-            if stat.S_ISLNK(st.st_mode):
-                reason = f"{item} is {reason}"
-            raise UntrustedCache(
-                f"refusing to load from the wtx cache: {reason}. Cached files run as code; "
-                f"fix it with 'chmod go-w {item}' if it is yours, or point WTX_CACHE_DIR at a "
-                f"folder of your own"
-            )
+            raise UntrustedCache(f"refusing to load from the wtx cache: {reason} (cached files run "
+                                 f"as code)")
 
 
 def private_dir(path: Path) -> Path:
     """Creates a cache folder (and the cache folders above it) with mode 0700 if missing, then
-    checks it can be trusted. A folder that cannot be created is a WtxError naming it."""
+    checks it can be trusted. A folder that cannot be created or read is a WtxError naming it
+    and WTX_CACHE_DIR."""
     path = Path(path)
-    missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
+        missing = [p for p in (path, *path.parents) if not os.path.lexists(p)]
         for folder in reversed(missing):  # from the top down, each one private
             folder.mkdir(mode=0o700, exist_ok=True)
     except OSError as e:
-        raise WtxError(
-            f"{path}: cannot create the wtx cache there ({e.strerror or e}); make it writable "
-            f"or set WTX_CACHE_DIR to another folder"
-        ) from e
+        raise unusable(Path(e.filename or path), e, "create the wtx cache") from e
     check_trusted(path)
     return path
 

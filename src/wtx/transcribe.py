@@ -404,7 +404,7 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
         with ThreadPoolExecutor(1) as pool:
             # with --ray local this machine is the cluster: resolve the options here while Ray starts
             resolving = pool.submit(cluster.resolve_here, options) if job.ray.address == "local" else None
-            ray = cluster.connect(job.ray, job.ray.workers or 1)
+            ray = cluster.connect(job.ray, job.ray.workers or 1, None if job.quiet else _status)
             stack.callback(ray.shutdown)
             if resolving is not None:
                 resolved = resolving.result()

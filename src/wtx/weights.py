@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wtx.errors import ModelNotFound, WeightsMismatch, WtxError
-from wtx.paths import cache_dir, check_trusted, private_dir, whisper_cache_dir
+from wtx.paths import cache_dir, check_trusted, private_dir, unusable, whisper_cache_dir
 
 DEFAULT_MODEL = "tiny.en"
 
@@ -95,16 +95,39 @@ def _stamp(path: Path) -> Path:
     return path.with_name(path.name + ".sha256")
 
 
+def _nbytes(checkpoint: dict) -> int:
+    return sum(t.nbytes for t in checkpoint["model_state_dict"].values())
+
+
+def _save(checkpoint: dict, path: Path) -> None:
+    """torch.save, whose failed writes (`[enforce fail at inline_container.cc:672] . unexpected
+    pos`) come as RuntimeError from its zip writer: raised here as the OSError they are, ENOSPC
+    when the disk has less room left than the checkpoint needs."""
+    import shutil
+
+    import torch
+
+    try:
+        torch.save(checkpoint, path)
+    except RuntimeError as e:
+        try:
+            full = shutil.disk_usage(path.parent).free < _nbytes(checkpoint)
+        except OSError:
+            full = False
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        code = errno.ENOSPC if full else errno.EIO
+        raise OSError(code, f"{os.strerror(code)}: torch.save stopped: {reason}") from e
+
+
 def _write_converted(model: BundledModel, parts: list[Path], config: Path, dst: Path) -> None:
     """Converts the bundled weights and publishes the checkpoint and its sha256 stamp as one
     unit: both are written into a private temporary folder that is renamed into place. When
     another process published first, its folder stands and ours is dropped (the conversion is
-    deterministic: both hold the same bytes)."""
+    deterministic: both hold the same bytes). A write that fails (a full disk, a folder not
+    writable) leaves nothing behind and is a WtxError naming the folder, the model and the fix."""
     import io
     import shutil
     import tempfile
-
-    import torch
 
     from wtx.ct2 import ct2_to_whisper, read_ct2
 
@@ -123,7 +146,7 @@ def _write_converted(model: BundledModel, parts: list[Path], config: Path, dst: 
     try:
         staging = Path(tempfile.mkdtemp(prefix=f".{dst.parent.name}.", dir=folder))
         try:
-            torch.save(checkpoint, staging / dst.name)
+            _save(checkpoint, staging / dst.name)
             _stamp(staging / dst.name).write_text(sha256_of([staging / dst.name]) + "\n")
             for path in staging.iterdir():
                 with open(path, "rb") as f:
@@ -136,20 +159,17 @@ def _write_converted(model: BundledModel, parts: list[Path], config: Path, dst: 
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as e:
-        raise WtxError(
-            f"{folder}: cannot write the converted {model.name} checkpoint there ({e.strerror or e}); "
-            f"make the folder writable or set WTX_CACHE_DIR to another folder"
-        ) from e
+        raise unusable(folder, e, f"write the converted {model.name} checkpoint") from e
 
 
 def _verified_converted(name: str) -> Path | None:
     """The cached conversion, if present and matching the hash recorded when it was written."""
     path = _converted_path(name)
     stamp = _stamp(path)
+    check_trusted(path)  # first: a cache folder this user cannot search is a WtxError naming it
     if not (path.is_file() and stamp.is_file()):
         return None
     check_trusted(stamp)
-    check_trusted(path)
     if sha256_of([path]) != stamp.read_text().strip():
         raise WeightsMismatch(
             f"{path}: the converted checkpoint does not match its recorded sha256 (tampered or "
