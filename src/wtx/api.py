@@ -132,9 +132,15 @@ def load_model(
     then raises ValueError: windows cut in the middle of speech end early in text only
     (engine.pick_text_only).
     condition_on_previous_text: prompt each window with the text before it; None (auto): with
-    timestamps only (engine.resolve_modes). info.options says what was picked."""
+    timestamps only (engine.resolve_modes). info.options says what was picked.
+    language: a code or an English name, any case ("de", "German"); an English-only model
+    given another language (or task="translate") warns and transcribes English, as
+    openai-whisper does. A value that cannot run raises wtx.errors.InvalidOption (a
+    ValueError) before anything loads: see check_arguments."""
     from wtx.engine import Engine, EngineOptions
 
+    language, task = check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of,
+                                     patience, length_penalty)  # fmt: skip
     options = EngineOptions(
         model=name, device=device, dtype=dtype, quantize=quantize, batch_size=batch_size, compile=compile, strict=strict,
         decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
@@ -148,3 +154,29 @@ def load_model(
 
         detector = load_detector(engine.device)
     return Model(engine, detector, without_timestamps)
+
+
+def check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of, patience,
+                    length_penalty) -> tuple[str | None, str]:  # fmt: skip
+    """load_model's arguments checked as the CLI checks its flags (wtx.options), raising
+    InvalidOption; returns the language (its code) and task to run, English and transcribe for
+    an English-only model given others (with a warning)."""
+    import warnings
+
+    from wtx import options as o
+
+    if batch_size is not None:
+        o.check_count("batch_size", batch_size, 1, o.MAX_BATCH_SIZE)
+    o.check_count("beam_size", beam_size, 1, o.MAX_GROUP)
+    if best_of is not None:
+        o.check_count("best_of", best_of, 1, o.MAX_GROUP)
+    o.check_patience(patience, beam_size)
+    o.check_length_penalty(length_penalty)
+    o.check_choice("dtype", "auto" if dtype is None else dtype, o.DTYPES)
+    o.check_choice("quantize", "auto" if quantize is None else quantize, o.QUANTIZE)
+    o.check_choice("task", task, o.TASKS)
+    language, task, warning = o.fit_english_only(str(name), o.language_code(language), task)
+    if warning:
+        warnings.warn(warning, stacklevel=3)
+    o.check_device(device)
+    return language, task

@@ -1,0 +1,62 @@
+"""Argument validation, shared by the CLI and the Python API: every bad value is one clear line
+(a usage error, exit 2, on the command line; wtx.errors.InvalidOption, a ValueError, in the API)
+before anything loads, and a bad entry among many inputs fails alone."""
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import SAMPLE, run_wtx
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    """The bundled sample's first 4 s (a sentence of speech), as 16 kHz WAV."""
+    path = tmp_path_factory.mktemp("clip") / "clip.wav"
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-i", str(SAMPLE), "-t", "4", "-ar", "16000", str(path)],
+        check=True,
+    )
+    return path
+
+
+# 11. languages: codes and names, any case ---------------------------------------------------
+
+
+def test_language_names_and_codes_in_any_case():
+    from wtx.options import language_code
+
+    given = ["German", "english", "DE", " en ", "Castilian", "mandarin", None]
+    assert [language_code(x) for x in given] == ["de", "en", "de", "en", "es", "zh", None]
+
+
+def test_an_unknown_language_is_a_usage_error_before_loading(tmp_path):
+    out = run_wtx("transcribe", str(SAMPLE), "-l", "klingon", "-o", str(tmp_path))
+    err = out.stderr.decode()
+    assert out.returncode == 2 and "'klingon' is not a language" in err and "Traceback" not in err
+    assert " de," in err  # says what to give
+    assert not list(tmp_path.iterdir())  # nothing loaded or journaled
+
+
+@pytest.mark.slow
+def test_an_english_only_model_warns_and_transcribes_english(tmp_path, clip):
+    """openai-whisper's rule for .en models: another language (or translate) gives a warning,
+    then English."""
+    args = ["-l", "German", "--task", "translate", "-b", "1", "--no-vad", "-f", "json"]
+    out = run_wtx("transcribe", str(clip), *args, "-o", str(tmp_path))
+    err = out.stderr.decode()
+    assert out.returncode == 0, err
+    assert "tiny.en is an English-only model" in err and "transcribing English" in err
+    payload = json.loads((tmp_path / "clip.json").read_text())
+    assert payload["language"] == "en" and "Welcome" in payload["text"]
+
+
+@pytest.mark.slow
+def test_a_language_name_decodes_with_a_multilingual_model(clip):
+    import wtx
+
+    model = wtx.load_model("base", device="cpu", batch_size=1, vad=False, language="German")
+    segments, info = model.transcribe(str(clip))
+    assert info.language == "de" and model.options["language"] == "de"
+    assert list(segments)  # decoded, no KeyError from the tokenizer
