@@ -60,3 +60,34 @@ def test_a_language_name_decodes_with_a_multilingual_model(clip):
     segments, info = model.transcribe(str(clip))
     assert info.language == "de" and model.options["language"] == "de"
     assert list(segments)  # decoded, no KeyError from the tokenizer
+
+
+# 12, 20. names that cannot be paths: a NUL byte, a name over 255 bytes ------------------------
+
+UNUSABLE = ["bad\0name.wav", "x" * 300 + ".wav"]
+
+
+def test_names_that_cannot_be_paths_are_problems_not_exceptions():
+    from wtx.inputs import expand
+
+    expanded = expand(UNUSABLE)
+    assert expanded.inputs == []
+    assert [p.split(": ", 1)[1] for p in expanded.problems] == ["a path cannot hold a NUL byte", "File name too long"]
+    assert "\0" not in expanded.problems[0]  # printable
+
+
+@pytest.mark.slow
+def test_a_list_entry_that_cannot_be_a_path_fails_alone(tmp_path, clip):
+    listing = tmp_path / "list.txt"
+    listing.write_text("\n".join([UNUSABLE[0], str(clip), UNUSABLE[1]]) + "\n")
+    out = run_wtx("transcribe", "--from-list", str(listing), "-b", "1", "--no-vad", "-f", "txt", "-o", str(tmp_path / "o"))
+    err = out.stderr.decode()
+    assert out.returncode == 1 and "Traceback" not in err
+    assert "NUL byte" in err and "File name too long" in err and "2 of 3 inputs failed" in err, err
+    assert "Welcome" in (tmp_path / "o" / "clip.txt").read_text()
+
+
+def test_a_command_line_name_too_long_is_a_usage_error(tmp_path):
+    out = run_wtx("transcribe", str(tmp_path / UNUSABLE[1]), "-o", str(tmp_path / "o"))
+    err = " ".join(out.stderr.decode().replace("│", " ").split())  # the usage box, unwrapped
+    assert out.returncode == 2 and "File name too long" in err and "Traceback" not in err

@@ -64,15 +64,19 @@ def _parse_formats(value: str) -> list[str]:
 
 
 def _check_inputs(inputs: list[str]) -> None:
-    """Usage errors (exit 2): stdin twice, or a path on the command line that does not exist.
-    (Paths read from --from-list are checked one by one later: a missing one fails alone.)"""
+    """Usage errors (exit 2): stdin twice, or a path on the command line that does not exist or
+    cannot be one (a name too long). (Paths read from --from-list are checked one by one later:
+    a missing one fails alone.)"""
     import glob
 
+    from wtx.inputs import unusable
     from wtx.names import display
 
     if inputs.count("-") > 1:
         raise typer.BadParameter("'-' (stdin) can be given only once", param_hint="FILES")
     for source in inputs:
+        if reason := unusable(source):
+            raise typer.BadParameter(f"{display(source)}: {reason}", param_hint="FILES")
         if source != "-" and not Path(source).exists() and not glob.has_magic(source):
             raise typer.BadParameter(f"{display(source)}: no such file", param_hint="FILES")
 

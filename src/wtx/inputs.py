@@ -6,6 +6,7 @@ twice (`a.mp3`, `./a.mp3`, a link to it) is one input. Pipes and FIFOs (bash's `
 inputs like stdin.
 """
 
+import errno
 import glob
 import os
 import sys
@@ -55,12 +56,32 @@ def _identity(source: str) -> str:
     return source if source == STDIN else os.path.realpath(source)
 
 
+def unusable(name: str) -> str | None:
+    """Why `name` cannot name a file at all (a NUL byte; a name longer than the file system
+    takes, or a folder on its way that cannot be searched: the system's words), or None."""
+    if "\0" in name:
+        return "a path cannot hold a NUL byte"
+    try:
+        os.stat(name)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno in (errno.ENAMETOOLONG, errno.EACCES, errno.ELOOP):
+            return e.strerror
+    return None
+
+
 def expand(names: list[str]) -> Expanded:
+    """The inputs `names` give, in order, each file once; a name that gives none is one line
+    of `problems` (its own failure: the others still run)."""
     inputs: list[Input] = []
     problems: list[str] = []
     for name in names:
         path = Path(name)
-        if name == STDIN:
+        if reason := unusable(name):
+            shown = display(name.replace("\0", "\\0"))  # printable
+            problems.append(f"{shown}: {reason}")
+        elif name == STDIN:
             inputs.append(Input(name, Path("stdin")))
         elif path.is_dir():
             found = _directory(path)
