@@ -72,7 +72,10 @@ def test_names_that_cannot_be_paths_are_problems_not_exceptions():
 
     expanded = expand(UNUSABLE)
     assert expanded.inputs == []
-    assert [p.split(": ", 1)[1] for p in expanded.problems] == ["a path cannot hold a NUL byte", "File name too long"]
+    assert [p.split(": ", 1)[1] for p in expanded.problems] == [
+        "a path cannot hold a NUL byte",
+        "File name too long",
+    ]
     assert "\0" not in expanded.problems[0]  # printable
 
 
@@ -80,7 +83,18 @@ def test_names_that_cannot_be_paths_are_problems_not_exceptions():
 def test_a_list_entry_that_cannot_be_a_path_fails_alone(tmp_path, clip):
     listing = tmp_path / "list.txt"
     listing.write_text("\n".join([UNUSABLE[0], str(clip), UNUSABLE[1]]) + "\n")
-    out = run_wtx("transcribe", "--from-list", str(listing), "-b", "1", "--no-vad", "-f", "txt", "-o", str(tmp_path / "o"))
+    out = run_wtx(
+        "transcribe",
+        "--from-list",
+        str(listing),
+        "-b",
+        "1",
+        "--no-vad",
+        "-f",
+        "txt",
+        "-o",
+        str(tmp_path / "o"),
+    )
     err = out.stderr.decode()
     assert out.returncode == 1 and "Traceback" not in err
     assert "NUL byte" in err and "File name too long" in err and "2 of 3 inputs failed" in err, err
@@ -91,3 +105,35 @@ def test_a_command_line_name_too_long_is_a_usage_error(tmp_path):
     out = run_wtx("transcribe", str(tmp_path / UNUSABLE[1]), "-o", str(tmp_path / "o"))
     err = " ".join(out.stderr.decode().replace("│", " ").split())  # the usage box, unwrapped
     assert out.returncode == 2 and "File name too long" in err and "Traceback" not in err
+
+
+# 16. folders that link back to themselves -------------------------------------------------
+
+
+@pytest.fixture
+def looped(tmp_path):
+    """d/a.flac and d/sub/b.flac, with links back up: d/up1 and d/up2 -> d, d/sub/back -> d."""
+    d = tmp_path / "d"
+    (d / "sub").mkdir(parents=True)
+    (d / "a.flac").write_bytes(b"")
+    (d / "sub" / "b.flac").write_bytes(b"")
+    for link in ("up1", "up2", "sub/back"):
+        (d / link).symlink_to(d, target_is_directory=True)
+    return d
+
+
+@pytest.mark.parametrize("pattern", ["{d}/**/*.flac", "{d}", "{d}/**"])
+def test_links_that_loop_are_walked_once(looped, pattern):
+    """Each folder is searched once, however many links lead back to it (the glob followed
+    every link, 2 to the 40th paths here), and each file is one input."""
+    import sys
+
+    named = pattern.format(d=looped)
+    script = (
+        f"from wtx.inputs import expand; print(sorted(i.path for i in expand([{named!r}]).inputs))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert eval(out.stdout) == [str(looped / "a.flac"), str(looped / "sub" / "b.flac")]

@@ -139,8 +139,8 @@ def load_model(
     ValueError) before anything loads: see check_arguments."""
     from wtx.engine import Engine, EngineOptions
 
-    language, task = check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of,
-                                     patience, length_penalty)  # fmt: skip
+    language, task = check_arguments(name, device, dtype, quantize, batch_size, language, task,
+                                     beam_size, best_of, patience, length_penalty)  # fmt: skip
     options = EngineOptions(
         model=name, device=device, dtype=dtype, quantize=quantize, batch_size=batch_size, compile=compile, strict=strict,
         decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
@@ -156,8 +156,8 @@ def load_model(
     return Model(engine, detector, without_timestamps)
 
 
-def check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of, patience,
-                    length_penalty) -> tuple[str | None, str]:  # fmt: skip
+def check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of,
+                    patience, length_penalty) -> tuple[str | None, str]:  # fmt: skip
     """load_model's arguments checked as the CLI checks its flags (wtx.options), raising
     InvalidOption; returns the language (its code) and task to run, English and transcribe for
     an English-only model given others (with a warning)."""

@@ -96,7 +96,7 @@ def _check_choice(value: str, choices: tuple[str, ...], flag: str) -> None:
 
 
 def _usage(check, *args):
-    """check(*args)'s result; its wtx.errors.InvalidOption as a usage error (exit 2) naming the flag."""
+    """check(*args)'s result; its InvalidOption as a usage error (exit 2) naming the flag."""
     from wtx.errors import InvalidOption
 
     try:

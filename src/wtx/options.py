@@ -99,10 +99,12 @@ def check_patience(patience, beam_size: int) -> None:
     """Finite, above 0 and at most MAX_PATIENCE; with beam search, keeping a hypothesis."""
     real = isinstance(patience, numbers.Real) and not isinstance(patience, bool)
     if not real or not math.isfinite(patience) or not 0 < patience <= MAX_PATIENCE:
-        raise InvalidOption("patience", f"{patience!r}: give a number above 0 and at most {MAX_PATIENCE:g}")
+        give = f"give a number above 0 and at most {MAX_PATIENCE:g}"
+        raise InvalidOption("patience", f"{patience!r}: {give}")
     if beam_size > 1 and round(beam_size * patience) < 1:
-        raise InvalidOption("patience", f"{patience} with beam size {beam_size} keeps no hypothesis "
-                                        f"(round({beam_size} x {patience}) is 0)")  # fmt: skip
+        rounded = f"round({beam_size} x {patience}) is 0"
+        kept = f"with beam size {beam_size} keeps no hypothesis ({rounded})"
+        raise InvalidOption("patience", f"{patience} {kept}")
 
 
 def check_length_penalty(length_penalty) -> None:
@@ -111,7 +113,8 @@ def check_length_penalty(length_penalty) -> None:
         return
     real = isinstance(length_penalty, numbers.Real) and not isinstance(length_penalty, bool)
     if not real or not 0 <= length_penalty <= 2:
-        raise InvalidOption("length_penalty", f"{length_penalty!r}: give None or a number from 0 to 2")
+        give = "give None or a number from 0 to 2"
+        raise InvalidOption("length_penalty", f"{length_penalty!r}: {give}")
 
 
 def language_code(language: str | None) -> str | None:
@@ -128,8 +131,8 @@ def language_code(language: str | None) -> str | None:
     if key in tokenizer.TO_LANGUAGE_CODE:
         return tokenizer.TO_LANGUAGE_CODE[key]
     codes = ", ".join(sorted(tokenizer.LANGUAGES))
-    raise InvalidOption("language", f"{language!r} is not a language Whisper knows; give a code or "
-                                    f"an English name (e.g. de or German), any case: {codes}")  # fmt: skip
+    give = f"give a code or an English name (e.g. de or German), any case: {codes}"
+    raise InvalidOption("language", f"{language!r} is not a language Whisper knows; {give}")
 
 
 def english_only(model: str) -> bool:
@@ -138,15 +141,17 @@ def english_only(model: str) -> bool:
     return Path(model).name.removesuffix(".pt").endswith(".en")
 
 
-def fit_english_only(model: str, language: str | None, task: str) -> tuple[str | None, str, str | None]:
-    """(language, task, warning): what an English-only model runs, as openai-whisper's CLI does
-    with one: another language is replaced by English, with a warning; so is translating (an
-    English-only model has no task token: it transcribes). Other models keep what was given."""
+def fit_english_only(model: str, language: str | None, task: str):
+    """(language, task, warning or None): what an English-only model runs, as openai-whisper's
+    CLI does with one: another language is replaced by English, with a warning; so is
+    translating (an English-only model has no task token: it transcribes). Other models keep
+    what was given."""
     if not english_only(model) or (language in (None, "en") and task == "transcribe"):
         return language, task, None
     asked = [f"language {language!r}"] if language not in (None, "en") else []
     asked += ["task 'translate'"] if task == "translate" else []
-    warning = f"{model} is an English-only model but got {' and '.join(asked)}; transcribing English instead"
+    got = " and ".join(asked)
+    warning = f"{model} is an English-only model but got {got}; transcribing English instead"
     return "en", "transcribe", warning
 
 
@@ -166,8 +171,9 @@ def check_device(device: str | None) -> None:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = int(device.partition(":")[2] or 0)
     if count == 0:
-        why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA device is visible"
-        raise InvalidOption("device", f"{device}: {why} (torch {torch.__version__}); the available device is cpu")
+        why = "no CUDA device is visible" if torch.version.cuda else "torch has no CUDA support"
+        why += f" (torch {torch.__version__})"
+        raise InvalidOption("device", f"{device}: {why}; the available device is cpu")
     if index >= count:
         choices = ", ".join(["cpu", "cuda"] + [f"cuda:{i}" for i in range(count)])
         raise InvalidOption("device", f"{device}: there are {count} CUDA devices; choose {choices}")
