@@ -81,9 +81,13 @@ def test_names_that_cannot_be_paths_are_problems_not_exceptions():
 
 @pytest.mark.slow
 def test_a_list_entry_that_cannot_be_a_path_fails_alone(tmp_path, clip):
+    """...and the summary names the first few failures, then how many more (a list of half a
+    million bad lines printed every name in one line)."""
+    missing = [f"missing-{i}.wav" for i in range(10)]
     listing = tmp_path / "list.txt"
-    listing.write_text("\n".join([UNUSABLE[0], str(clip), UNUSABLE[1]]) + "\n")
-    out = run_wtx(
+    listing.write_text("\n".join([UNUSABLE[0], str(clip), UNUSABLE[1], *missing]) + "\n")
+    out = tmp_path / "o"
+    run = run_wtx(
         "transcribe",
         "--from-list",
         str(listing),
@@ -93,12 +97,18 @@ def test_a_list_entry_that_cannot_be_a_path_fails_alone(tmp_path, clip):
         "-f",
         "txt",
         "-o",
-        str(tmp_path / "o"),
+        str(out),
     )
-    err = out.stderr.decode()
-    assert out.returncode == 1 and "Traceback" not in err
-    assert "NUL byte" in err and "File name too long" in err and "2 of 3 inputs failed" in err, err
-    assert "Welcome" in (tmp_path / "o" / "clip.txt").read_text()
+    err = run.stderr.decode()
+    assert run.returncode == 1 and "Traceback" not in err
+    assert "NUL byte" in err and "File name too long" in err
+    assert "Welcome" in (out / "clip.txt").read_text()
+    summary = err.splitlines()[-1]
+    assert (
+        summary.startswith("error: 12 of 13 inputs failed: bad\\0name.wav, x")
+        and "missing-9" not in summary
+    )
+    assert summary.endswith(", missing-2.wav and 7 more"), summary
 
 
 def test_a_command_line_name_too_long_is_a_usage_error(tmp_path):

@@ -102,6 +102,12 @@ def _error(message: str) -> None:
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
 
 
+def _first(names: list[str], shown: int = 5) -> str:
+    """The first `shown` names, then how many more: one line, however many failed."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def _warn(message: str) -> None:
     stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -564,7 +570,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
                 highlight=False, soft_wrap=True,
             )
     if failed:
-        _error(f"{len(failed)} of {n_total} inputs failed: {', '.join(failed)}")
+        _error(f"{len(failed)} of {n_total} inputs failed: {_first(failed)}")
         return 1
     return 0
 
