@@ -147,3 +147,56 @@ def test_links_that_loop_are_walked_once(looped, pattern):
     )
     assert out.returncode == 0, out.stderr
     assert eval(out.stdout) == [str(looped / "a.flac"), str(looped / "sub" / "b.flac")]
+
+
+# 8. the API's arrays: integer PCM scaled, one channel only ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def model():
+    import wtx
+
+    return wtx.load_model("tiny.en", device="cpu", batch_size=1, vad=False)
+
+
+def test_integer_samples_are_scaled_as_pcm():
+    import numpy as np
+
+    from wtx.api import as_samples
+
+    pcm = {
+        np.int16: ([-32768, 0, 16384], [-1, 0, 0.5]),
+        np.int32: ([-(2**31), 0, 2**30], [-1, 0, 0.5]),
+        np.uint8: ([0, 128, 192], [-1, 0, 0.5]),
+    }
+    for dtype, (given, expected) in pcm.items():
+        samples = as_samples(np.array(given, dtype=dtype))
+        assert samples.dtype == np.float32 and samples.tolist() == expected, dtype
+    floats = np.array([0.25, -0.5], dtype=np.float32)
+    assert as_samples(floats) is floats  # as given
+
+
+@pytest.mark.parametrize("shape", [(16000, 2), (2, 16000), (1, 16000)])
+def test_audio_that_is_not_one_channel_is_a_clear_error(shape):
+    import numpy as np
+
+    from wtx.api import as_samples
+
+    with pytest.raises(
+        ValueError, match=r"audio: must be mono, a 1-D array of samples at 16 kHz; got shape"
+    ):
+        as_samples(np.zeros(shape, dtype=np.float32))
+
+
+@pytest.mark.slow
+def test_int16_samples_give_the_text_of_their_file(model, clip):
+    """A WAV's int16 frames (ffmpeg reads them as frames / 32768) give the file's text."""
+    import wave
+
+    import numpy as np
+
+    with wave.open(str(clip)) as w:
+        frames = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
+    from_file = [s.text for s in model.transcribe(str(clip))[0]]
+    assert "Welcome" in " ".join(from_file)
+    assert [s.text for s in model.transcribe(frames)[0]] == from_file

@@ -60,7 +60,8 @@ class Model:
 
     def transcribe(self, audio: str | np.ndarray, split: str = "silence",
                    word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip
-        """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono float32 array.
+        """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono array: float samples in
+        [-1, 1], or integer PCM, scaled as ffmpeg reads it (as_samples).
 
         Returns (segments, info): segments are yielded lazily in time order; info holds the
         duration, the language and the options used. With word_timestamps, each segment's
@@ -79,6 +80,7 @@ class Model:
             raise ValueError("split='fixed' cuts windows in the middle of speech, where text only often ends them "
                              "early (docs/accuracy.md): load the model with without_timestamps=False, or with "
                              "without_timestamps=True to keep text only")  # fmt: skip
+        audio = as_samples(audio) if isinstance(audio, np.ndarray) else audio
         reader = AudioReader(audio, split, self.detector)
         duration = len(audio) / SAMPLE_RATE if isinstance(audio, np.ndarray) else probe_duration(audio)
         windows = iter(reader)
@@ -98,6 +100,26 @@ class Model:
                 yield from event.result.segments
             elif event.error is not None:
                 raise event.error
+
+
+def as_samples(audio: np.ndarray) -> np.ndarray:
+    """A 1-D array of 16 kHz samples as the decoder takes them: floats as given (float32 in
+    [-1, 1], as openai-whisper's load_audio returns); integer PCM scaled to [-1, 1] as ffmpeg
+    reads it (int16 / 32768, int32 / 2**31, uint8 (x - 128) / 128). Raises InvalidOption (a
+    ValueError) for more than one channel or samples that are not numbers."""
+    from wtx.errors import InvalidOption
+
+    if audio.ndim != 1:
+        mono = "must be mono, a 1-D array of samples at 16 kHz"
+        raise InvalidOption("audio", f"{mono}; got shape {audio.shape}")
+    if audio.dtype.kind == "f":
+        return audio
+    if audio.dtype.kind not in "iu":
+        numbers = "must be float32 samples in [-1, 1] or integer PCM"
+        raise InvalidOption("audio", f"{numbers}, not {audio.dtype}")
+    half = 2.0 ** (8 * audio.dtype.itemsize - 1)
+    centre = half if audio.dtype.kind == "u" else 0.0
+    return ((audio.astype(np.float64) - centre) / half).astype(np.float32)
 
 
 def _chain(first, rest):
