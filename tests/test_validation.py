@@ -200,3 +200,40 @@ def test_int16_samples_give_the_text_of_their_file(model, clip):
     from_file = [s.text for s in model.transcribe(str(clip))[0]]
     assert "Welcome" in " ".join(from_file)
     assert [s.text for s in model.transcribe(frames)[0]] == from_file
+
+
+# 9. the API from two threads at once -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_threads_transcribing_at_once_each_get_their_own_text(model, clip):
+    """Calls on one model take turns (each call's segments whole), never mixing their batches."""
+    import threading
+
+    alone = [s.text for s in model.transcribe(str(clip))[0]]
+    start, texts = threading.Barrier(2), {}
+
+    def transcribe(i):
+        segments, _ = model.transcribe(str(clip))
+        start.wait()
+        texts[i] = [s.text for s in segments]
+
+    threads = [threading.Thread(target=transcribe, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert texts == {0: alone, 1: alone}
+
+
+def test_a_second_call_in_the_same_thread_while_the_first_is_read_is_an_error(model, clip):
+    """Waiting for itself would hang: it says to finish (or close) the first call's segments."""
+    import wtx.errors
+
+    first, _ = model.transcribe(str(clip))
+    next(first)
+    second, _ = model.transcribe(str(clip))
+    with pytest.raises(wtx.errors.WtxError, match="close"):
+        next(second)
+    first.close()  # its turn ends
+    assert "Welcome" in " ".join(s.text for s in model.transcribe(str(clip))[0])

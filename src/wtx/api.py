@@ -12,12 +12,15 @@ The CLI is built on it: `Model.run()` takes many recordings at once and schedule
 through one set of batch rows (see wtx.streams).
 """
 
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from wtx.audio import SAMPLE_RATE, probe_duration
+from wtx.errors import WtxError
 from wtx.options import DecodingOptions
 from wtx.segments import Segment
 from wtx.streams import Recording, RecordingDone, WindowDone
@@ -37,6 +40,23 @@ class Model:
         self.engine = engine
         self.detector = detector
         self.text_only_asked = text_only_asked  # load_model's without_timestamps (None: auto)
+        self._lock = threading.Lock()  # the engine's buffers serve one call at a time (_turn)
+        self._holder: int | None = None  # the thread whose call holds the lock
+
+    @contextmanager
+    def _turn(self):
+        """The engine for one call at a time: a call from another thread waits for its turn;
+        one from the thread holding it (an earlier call's segments not read to their end) raises
+        WtxError, where waiting would never end."""
+        if self._holder == threading.get_ident():
+            raise WtxError("this thread is still reading an earlier call's segments from this model: "
+                           "read them to the end, or close() them, first")  # fmt: skip
+        with self._lock:
+            self._holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._holder = None
 
     @property
     def options(self) -> dict:
@@ -54,9 +74,12 @@ class Model:
         `vad`, the model's voice-activity detector drops the windows without speech as they are
         read, scoring them in groups that run across recordings (windows from an AudioReader
         without a detector); without it, the windows are decoded as given. With
-        `word_probabilities=False` timed words carry NaN probabilities (faster)."""
+        `word_probabilities=False` timed words carry NaN probabilities (faster).
+        Calls take turns (threads may share a model): the events of one call are all decoded
+        before another's start, from its first event to its last (or to its close())."""
         detector = self.detector if vad else None
-        return self.engine.scheduler(word_timestamps, word_probabilities).run(recordings, ordered, detector)
+        with self._turn():
+            yield from self.engine.scheduler(word_timestamps, word_probabilities).run(recordings, ordered, detector)
 
     def transcribe(self, audio: str | np.ndarray, split: str = "silence",
                    word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip
@@ -87,7 +110,8 @@ class Model:
         language = self.engine.options.decoding.language
         if language is None and self.engine.dims.is_multilingual:  # detected before returning
             first = next(windows, None)
-            language = self.engine.detect_language(first) if first is not None else "en"
+            with self._turn():
+                language = self.engine.detect_language(first) if first is not None else "en"
             windows = _chain(first, windows)
         language = language or "en"
         recording = Recording("audio", windows, {}, language)
