@@ -237,3 +237,61 @@ def test_a_second_call_in_the_same_thread_while_the_first_is_read_is_an_error(mo
         next(second)
     first.close()  # its turn ends
     assert "Welcome" in " ".join(s.text for s in model.transcribe(str(clip))[0])
+
+
+# 10, 19. the API's arguments, checked as the CLI's before anything loads ---------------------
+
+BAD_ARGUMENTS = [
+    ("batch_size", 0, "from 1 to 256"),
+    ("batch_size", -3, "from 1 to 256"),
+    ("batch_size", 257, "from 1 to 256"),
+    ("batch_size", 2.5, "whole number"),
+    ("beam_size", 0, "from 1 to 16"),
+    ("best_of", 0, "from 1 to 16"),
+    ("patience", 0.0, "above 0"),
+    ("patience", float("inf"), "at most 20"),
+    ("patience", float("nan"), "above 0"),
+    ("patience", 1e308, "at most 20"),
+    ("length_penalty", float("inf"), "from 0 to 2"),
+    ("dtype", "fp8", "auto, fp32, fp16 or bf16"),
+    ("quantize", "int4", "auto, fp16, int8 or none"),
+    ("task", "translat", "transcribe or translate"),
+    ("language", "klingon", "not a language"),
+    ("device", "gpu", "cpu, cuda or cuda:N"),
+]
+
+
+@pytest.mark.parametrize("argument, value, says", BAD_ARGUMENTS)
+def test_bad_api_arguments_raise_before_the_model_loads(monkeypatch, argument, value, says):
+    import wtx
+    import wtx.engine
+    from wtx.errors import InvalidOption
+
+    def loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(wtx.engine, "Engine", loading)
+    with pytest.raises(InvalidOption, match=f"^{argument}: .*{says}") as raised:
+        wtx.load_model("tiny.en", **{argument: value})
+    assert isinstance(raised.value, ValueError) and raised.value.option == argument
+
+
+def test_an_unavailable_device_is_a_clear_api_error(monkeypatch):
+    import torch
+
+    import wtx
+    import wtx.engine
+    from wtx.errors import InvalidOption
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setattr(wtx.engine, "Engine", None)  # not reached
+    with pytest.raises(InvalidOption, match="^device: cuda: .*the available device is cpu"):
+        wtx.load_model("tiny.en", device="cuda")
+
+
+@pytest.mark.parametrize("patience", ["inf", "1e308"])
+def test_a_patience_without_bound_is_a_usage_error(tmp_path, patience):
+    out = run_wtx("transcribe", str(SAMPLE), "--patience", patience, "-o", str(tmp_path))
+    err = out.stderr.decode()
+    assert out.returncode == 2 and "at most 20" in err and "Traceback" not in err
