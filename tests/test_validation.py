@@ -295,3 +295,10 @@ def test_a_patience_without_bound_is_a_usage_error(tmp_path, patience):
     out = run_wtx("transcribe", str(SAMPLE), "--patience", patience, "-o", str(tmp_path))
     err = out.stderr.decode()
     assert out.returncode == 2 and "at most 20" in err and "Traceback" not in err
+
+
+def test_decoding_options_refuse_a_patience_without_bound():
+    from wtx.options import DecodingOptions
+
+    with pytest.raises(ValueError, match="at most 20"):
+        DecodingOptions(beam_size=5, patience=float("inf"))  # was an OverflowError

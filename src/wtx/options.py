@@ -42,8 +42,7 @@ class DecodingOptions:
     def __post_init__(self):
         if self.beam_size < 1 or self.best_of < 1:
             raise ValueError(f"beam_size and best_of must be at least 1, not {self.beam_size} and {self.best_of}")
-        if self.beam_size > 1 and self.max_candidates < 1:
-            raise ValueError(f"patience {self.patience} with beam size {self.beam_size} keeps no hypothesis")
+        check_patience(self.patience, self.beam_size)  # finite: max_candidates rounds it
 
     @property
     def group(self) -> int:
