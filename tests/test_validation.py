@@ -302,3 +302,33 @@ def test_decoding_options_refuse_a_patience_without_bound():
 
     with pytest.raises(ValueError, match="at most 20"):
         DecodingOptions(beam_size=5, patience=float("inf"))  # was an OverflowError
+
+
+# a batch on a CPU far above what it needs --------------------------------------------------
+
+TINY = (80, 1500, 384, 6, 4, 51864, 448, 384, 6, 4)  # tiny.en's ModelDimensions
+
+
+def test_a_large_batch_on_a_cpu_warns_of_its_memory():
+    """-b 256 on a CPU took 7.6 GB for 11 s of audio (every batch is padded to 256 windows)."""
+    import torch
+
+    from wtx.autobatch import cpu_batch_warning
+    from wtx.model import ModelDimensions
+
+    dims, gib = ModelDimensions(*TINY), 2**30
+    warning = cpu_batch_warning(dims, torch.float32, 5, 256, 24, 16 * gib)
+    assert "padded to 256 windows, about 7.9 GiB" in warning and "picks 24" in warning
+    assert cpu_batch_warning(dims, torch.float32, 5, 24, 24, 16 * gib) is None  # the automatic size
+    assert cpu_batch_warning(dims, torch.float32, 5, 32, 24, 16 * gib) is None  # 1 GiB
+    assert (
+        cpu_batch_warning(dims, torch.float32, 5, 32, 24, gib) is not None
+    )  # half of what is free
+
+
+@pytest.mark.slow
+def test_load_model_warns_of_a_large_cpu_batch():
+    import wtx
+
+    with pytest.warns(UserWarning, match="padded to 256 windows"):
+        wtx.load_model("tiny.en", device="cpu", batch_size=256, vad=False)

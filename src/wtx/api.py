@@ -49,8 +49,8 @@ class Model:
         one from the thread holding it (an earlier call's segments not read to their end) raises
         WtxError, where waiting would never end."""
         if self._holder == threading.get_ident():
-            raise WtxError("this thread is still reading an earlier call's segments from this model: "
-                           "read them to the end, or close() them, first")  # fmt: skip
+            raise WtxError("this thread is still reading an earlier call's segments from this "
+                           "model: read them to the end, or close() them, first")  # fmt: skip
         with self._lock:
             self._holder = threading.get_ident()
             try:
@@ -79,7 +79,8 @@ class Model:
         before another's start, from its first event to its last (or to its close())."""
         detector = self.detector if vad else None
         with self._turn():
-            yield from self.engine.scheduler(word_timestamps, word_probabilities).run(recordings, ordered, detector)
+            scheduler = self.engine.scheduler(word_timestamps, word_probabilities)
+            yield from scheduler.run(recordings, ordered, detector)
 
     def transcribe(self, audio: str | np.ndarray, split: str = "silence",
                    word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip
@@ -183,6 +184,9 @@ def load_model(
     given another language (or task="translate") warns and transcribes English, as
     openai-whisper does. A value that cannot run raises wtx.errors.InvalidOption (a
     ValueError) before anything loads: see check_arguments."""
+    import warnings
+
+    from wtx.autobatch import engine_batch_warning
     from wtx.engine import Engine, EngineOptions
 
     language, task = check_arguments(name, device, dtype, quantize, batch_size, language, task,
@@ -194,6 +198,8 @@ def load_model(
         condition_on_previous_text=condition_on_previous_text,
     )  # fmt: skip
     engine = Engine(options)
+    if batch_size is not None and (warning := engine_batch_warning(engine)):
+        warnings.warn(warning, stacklevel=2)
     detector = None
     if vad:
         from wtx.vad import load_detector

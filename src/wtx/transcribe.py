@@ -328,6 +328,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     import torch
 
     from wtx import startup
+    from wtx.autobatch import engine_batch_warning
     from wtx.engine import CompileError, Engine
     from wtx.quantize import has_vnni
 
@@ -341,6 +342,8 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     batch_size = engine.options.batch_size  # never the inputs': a file's text must not depend on the others
     report = engine.compile_report
     for warning in report.warnings if report else []:
+        _warn(warning)
+    if job.batch_size is not None and (warning := engine_batch_warning(engine)):
         _warn(warning)
     startup.mark("engine ready")
     if not job.quiet:
