@@ -226,6 +226,7 @@ def test_two_threads_transcribing_at_once_each_get_their_own_text(model, clip):
     assert texts == {0: alone, 1: alone}
 
 
+@pytest.mark.slow
 def test_a_second_call_in_the_same_thread_while_the_first_is_read_is_an_error(model, clip):
     """Waiting for itself would hang: it says to finish (or close) the first call's segments."""
     import wtx.errors
