@@ -12,12 +12,15 @@ The CLI is built on it: `Model.run()` takes many recordings at once and schedule
 through one set of batch rows (see wtx.streams).
 """
 
+import threading
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from wtx.audio import SAMPLE_RATE, probe_duration
+from wtx.errors import WtxError
 from wtx.options import DecodingOptions
 from wtx.segments import Segment
 from wtx.streams import Recording, RecordingDone, WindowDone
@@ -37,6 +40,23 @@ class Model:
         self.engine = engine
         self.detector = detector
         self.text_only_asked = text_only_asked  # load_model's without_timestamps (None: auto)
+        self._lock = threading.Lock()  # the engine's buffers serve one call at a time (_turn)
+        self._holder: int | None = None  # the thread whose call holds the lock
+
+    @contextmanager
+    def _turn(self):
+        """The engine for one call at a time: a call from another thread waits for its turn;
+        one from the thread holding it (an earlier call's segments not read to their end) raises
+        WtxError, where waiting would never end."""
+        if self._holder == threading.get_ident():
+            raise WtxError("this thread is still reading an earlier call's segments from this "
+                           "model: read them to the end, or close() them, first")  # fmt: skip
+        with self._lock:
+            self._holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._holder = None
 
     @property
     def options(self) -> dict:
@@ -54,13 +74,18 @@ class Model:
         `vad`, the model's voice-activity detector drops the windows without speech as they are
         read, scoring them in groups that run across recordings (windows from an AudioReader
         without a detector); without it, the windows are decoded as given. With
-        `word_probabilities=False` timed words carry NaN probabilities (faster)."""
+        `word_probabilities=False` timed words carry NaN probabilities (faster).
+        Calls take turns (threads may share a model): the events of one call are all decoded
+        before another's start, from its first event to its last (or to its close())."""
         detector = self.detector if vad else None
-        return self.engine.scheduler(word_timestamps, word_probabilities).run(recordings, ordered, detector)
+        with self._turn():
+            scheduler = self.engine.scheduler(word_timestamps, word_probabilities)
+            yield from scheduler.run(recordings, ordered, detector)
 
     def transcribe(self, audio: str | np.ndarray, split: str = "silence",
                    word_timestamps: bool = False) -> tuple[Iterator[Segment], TranscriptionInfo]:  # fmt: skip
-        """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono float32 array.
+        """Transcribes a file (anything ffmpeg reads) or a 16 kHz mono array: float samples in
+        [-1, 1], or integer PCM, scaled as ffmpeg reads it (as_samples).
 
         Returns (segments, info): segments are yielded lazily in time order; info holds the
         duration, the language and the options used. With word_timestamps, each segment's
@@ -79,13 +104,15 @@ class Model:
             raise ValueError("split='fixed' cuts windows in the middle of speech, where text only often ends them "
                              "early (docs/accuracy.md): load the model with without_timestamps=False, or with "
                              "without_timestamps=True to keep text only")  # fmt: skip
+        audio = as_samples(audio) if isinstance(audio, np.ndarray) else audio
         reader = AudioReader(audio, split, self.detector)
         duration = len(audio) / SAMPLE_RATE if isinstance(audio, np.ndarray) else probe_duration(audio)
         windows = iter(reader)
         language = self.engine.options.decoding.language
         if language is None and self.engine.dims.is_multilingual:  # detected before returning
             first = next(windows, None)
-            language = self.engine.detect_language(first) if first is not None else "en"
+            with self._turn():
+                language = self.engine.detect_language(first) if first is not None else "en"
             windows = _chain(first, windows)
         language = language or "en"
         recording = Recording("audio", windows, {}, language)
@@ -98,6 +125,26 @@ class Model:
                 yield from event.result.segments
             elif event.error is not None:
                 raise event.error
+
+
+def as_samples(audio: np.ndarray) -> np.ndarray:
+    """A 1-D array of 16 kHz samples as the decoder takes them: floats as given (float32 in
+    [-1, 1], as openai-whisper's load_audio returns); integer PCM scaled to [-1, 1] as ffmpeg
+    reads it (int16 / 32768, int32 / 2**31, uint8 (x - 128) / 128). Raises InvalidOption (a
+    ValueError) for more than one channel or samples that are not numbers."""
+    from wtx.errors import InvalidOption
+
+    if audio.ndim != 1:
+        mono = "must be mono, a 1-D array of samples at 16 kHz"
+        raise InvalidOption("audio", f"{mono}; got shape {audio.shape}")
+    if audio.dtype.kind == "f":
+        return audio
+    if audio.dtype.kind not in "iu":
+        numbers = "must be float32 samples in [-1, 1] or integer PCM"
+        raise InvalidOption("audio", f"{numbers}, not {audio.dtype}")
+    half = 2.0 ** (8 * audio.dtype.itemsize - 1)
+    centre = half if audio.dtype.kind == "u" else 0.0
+    return ((audio.astype(np.float64) - centre) / half).astype(np.float32)
 
 
 def _chain(first, rest):
@@ -132,9 +179,18 @@ def load_model(
     then raises ValueError: windows cut in the middle of speech end early in text only
     (engine.pick_text_only).
     condition_on_previous_text: prompt each window with the text before it; None (auto): with
-    timestamps only (engine.resolve_modes). info.options says what was picked."""
+    timestamps only (engine.resolve_modes). info.options says what was picked.
+    language: a code or an English name, any case ("de", "German"); an English-only model
+    given another language (or task="translate") warns and transcribes English, as
+    openai-whisper does. A value that cannot run raises wtx.errors.InvalidOption (a
+    ValueError) before anything loads: see check_arguments."""
+    import warnings
+
+    from wtx.autobatch import engine_batch_warning
     from wtx.engine import Engine, EngineOptions
 
+    language, task = check_arguments(name, device, dtype, quantize, batch_size, language, task,
+                                     beam_size, best_of, patience, length_penalty)  # fmt: skip
     options = EngineOptions(
         model=name, device=device, dtype=dtype, quantize=quantize, batch_size=batch_size, compile=compile, strict=strict,
         decoding=replace(DecodingOptions(), task=task, language=language, beam_size=beam_size, best_of=best_of or beam_size,
@@ -142,9 +198,37 @@ def load_model(
         condition_on_previous_text=condition_on_previous_text,
     )  # fmt: skip
     engine = Engine(options)
+    if batch_size is not None and (warning := engine_batch_warning(engine)):
+        warnings.warn(warning, stacklevel=2)
     detector = None
     if vad:
         from wtx.vad import load_detector
 
         detector = load_detector(engine.device)
     return Model(engine, detector, without_timestamps)
+
+
+def check_arguments(name, device, dtype, quantize, batch_size, language, task, beam_size, best_of,
+                    patience, length_penalty) -> tuple[str | None, str]:  # fmt: skip
+    """load_model's arguments checked as the CLI checks its flags (wtx.options), raising
+    InvalidOption; returns the language (its code) and task to run, English and transcribe for
+    an English-only model given others (with a warning)."""
+    import warnings
+
+    from wtx import options as o
+
+    if batch_size is not None:
+        o.check_count("batch_size", batch_size, 1, o.MAX_BATCH_SIZE)
+    o.check_count("beam_size", beam_size, 1, o.MAX_GROUP)
+    if best_of is not None:
+        o.check_count("best_of", best_of, 1, o.MAX_GROUP)
+    o.check_patience(patience, beam_size)
+    o.check_length_penalty(length_penalty)
+    o.check_choice("dtype", "auto" if dtype is None else dtype, o.DTYPES)
+    o.check_choice("quantize", "auto" if quantize is None else quantize, o.QUANTIZE)
+    o.check_choice("task", task, o.TASKS)
+    language, task, warning = o.fit_english_only(str(name), o.language_code(language), task)
+    if warning:
+        warnings.warn(warning, stacklevel=3)
+    o.check_device(device)
+    return language, task

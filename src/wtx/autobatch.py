@@ -19,6 +19,8 @@ int8 logits, the decode steps took 29.1, 23.7, 21.4 and 24.0 s at 8, 16, 24 and 
 8, 16 and 24 (2026-12-06, 2 cores of an AMD EPYC with AVX-512).
 """
 
+import os
+
 import torch
 
 MEASURED_CUDA = {(384, 4): 64, (512, 6): 64}  # (n_text_state, n_text_layer): tiny(.en), base
@@ -50,3 +52,46 @@ def pick_batch_size(dims, device: torch.device, dtype: torch.dtype, group: int =
     while batch > 1 and batch * row_bytes(dims, dtype, group) > MEMORY_SHARE * free:
         batch //= 2
     return batch
+
+
+# of row_bytes: a window's share of the peak on a CPU (tiny.en, beam 5, text only: 27.7 MB a
+# window between -b 8 and -b 40, the peak resident memory of whole runs on a 4 s clip, 2026-12-07;
+# at -b 256 a run took 7.6 GB)
+CPU_ROW_SHARE = 0.25
+CPU_NOTED = 4 * 2**30  # a batch's memory worth a warning on a CPU (or half the memory available)
+
+
+def available_memory() -> int:
+    """Bytes of memory available to start new work (Linux's MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def cpu_batch_warning(dims, dtype: torch.dtype, group: int, batch: int, auto: int,
+                      available: int) -> str | None:  # fmt: skip
+    """A warning for a batch size given on a CPU above `auto` (the automatic pick) whose memory
+    is large (CPU_NOTED, or half of `available`): every batch is padded to its size, so it takes
+    that memory whatever the input's length. None otherwise."""
+    needed = batch * CPU_ROW_SHARE * row_bytes(dims, dtype, group)
+    if batch <= auto or needed < min(CPU_NOTED, available / 2):
+        return None
+    memory = f"about {needed / 2**30:.1f} GiB of memory whatever the input's length"
+    return (f"batch size {batch} on a CPU: every batch is padded to {batch} windows, {memory} "
+            f"({available / 2**30:.1f} GiB available); auto (the default) picks {auto} here, "
+            f"which measured fastest")  # fmt: skip
+
+
+def engine_batch_warning(engine) -> str | None:
+    """cpu_batch_warning for an engine on a CPU, whose batch size was given."""
+    if engine.device.type != "cpu":
+        return None
+    group = engine.options.decoding.group
+    dims, dtype, batch = engine.dims, engine.dtype, engine.options.batch_size
+    auto = pick_batch_size(dims, engine.device, dtype, group, engine.options.windows_alone)
+    return cpu_batch_warning(dims, dtype, group, batch, auto, available_memory())

@@ -68,15 +68,19 @@ def _parse_formats(value: str) -> list[str]:
 
 
 def _check_inputs(inputs: list[str]) -> None:
-    """Usage errors (exit 2): stdin twice, or a path on the command line that does not exist.
-    (Paths read from --from-list are checked one by one later: a missing one fails alone.)"""
+    """Usage errors (exit 2): stdin twice, or a path on the command line that does not exist or
+    cannot be one (a name too long). (Paths read from --from-list are checked one by one later:
+    a missing one fails alone.)"""
     import glob
 
+    from wtx.inputs import unusable
     from wtx.names import display
 
     if inputs.count("-") > 1:
         raise typer.BadParameter("'-' (stdin) can be given only once", param_hint="FILES")
     for source in inputs:
+        if reason := unusable(source):
+            raise typer.BadParameter(f"{display(source)}: {reason}", param_hint="FILES")
         if source != "-" and not Path(source).exists() and not glob.has_magic(source):
             raise typer.BadParameter(f"{display(source)}: no such file", param_hint="FILES")
 
@@ -95,27 +99,32 @@ def _check_choice(value: str, choices: tuple[str, ...], flag: str) -> None:
         raise typer.BadParameter(f"choose {', '.join(choices[:-1])} or {choices[-1]}", param_hint=flag)
 
 
+def _usage(check, *args):
+    """check(*args)'s result; its InvalidOption as a usage error (exit 2) naming the flag."""
+    from wtx.errors import InvalidOption
+
+    try:
+        return check(*args)
+    except InvalidOption as e:
+        raise typer.BadParameter(e.reason, param_hint="--" + e.option.replace("_", "-")) from None
+
+
 def _check_device(device: str | None) -> None:
     """Usage errors (exit 2) for a device this torch cannot use, saying which ones it can."""
-    import re
+    from wtx.options import check_device
 
-    if device is None:
-        return
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
-        raise typer.BadParameter(f"{device!r} is not a device; choose cpu, cuda or cuda:N", param_hint="--device")
-    if device == "cpu":
-        return
-    import torch
+    _usage(check_device, device)
 
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    index = int(device.partition(":")[2] or 0)
-    if count == 0:
-        why = "this torch build has no CUDA support" if torch.version.cuda is None else "no CUDA device is visible"
-        raise typer.BadParameter(f"{device}: {why} (torch {torch.__version__}); the available device is cpu",
-                                 param_hint="--device")  # fmt: skip
-    if index >= count:
-        choices = ", ".join(["cpu", "cuda"] + [f"cuda:{i}" for i in range(count)])
-        raise typer.BadParameter(f"{device}: there are {count} CUDA devices; choose {choices}", param_hint="--device")
+
+def _fit_language(model: str, language: str | None, task: str) -> tuple[str | None, str]:
+    """-l as its code (names and codes in any case; a usage error for others), and with an
+    English-only model English and transcribe, after a warning (openai-whisper's rule)."""
+    from wtx.options import fit_english_only, language_code
+
+    language, task, warning = fit_english_only(model, _usage(language_code, language), task)
+    if warning:
+        typer.echo(f"warning: {warning}", err=True)
+    return language, task
 
 
 @app.command()
@@ -127,7 +136,7 @@ def transcribe(
     model: Annotated[str, typer.Option("--model", "-m", help="tiny.en or base (bundled), an openai-whisper name in ~/.cache/whisper, or a .pt path.")] = "tiny.en",
     output_dir: Annotated[Optional[str], typer.Option("--output-dir", "-o", help="Directory for the output files (default: next to each input); '-' writes each transcript to stdout, in one format (files separated by a blank line).")] = None,
     output_format: Annotated[Optional[str], typer.Option("--format", "-f", help="Comma-separated output formats: txt, srt, vtt, json, tsv, or all (default: txt,srt; with -o -, one format, default txt).", show_default=False)] = None,
-    language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language code (e.g. en, de). Default: English for .en models, detected once per file otherwise.")] = None,
+    language: Annotated[Optional[str], typer.Option("--language", "-l", help="Spoken language: a code or an English name, any case (e.g. de or German; an unknown one lists the codes). English-only (.en) models transcribe English, with a warning for another. Default: English for .en models, detected once per file otherwise.")] = None,
     task: Annotated[str, typer.Option("--task", help="transcribe, or translate (to English; multilingual models only).")] = "transcribe",
     batch_size: Annotated[str, typer.Option("--batch-size", "-b", metavar="N|auto", help="Windows decoded together, from any of the inputs (1-256), or auto: the size that measured fastest for the model on this device within its free memory (on an H200 64 for tiny.en and base greedy, 32 with beam search; on a CPU 24 in text-only mode with each window alone, else 8). Every batch is padded to this many rows, so a file's text never depends on the other inputs, and a file is cut into the same chunks at every size (one window each; 8 when windows are prompted), so a different size changes its text only through rounding.")] = "auto",
     device: Annotated[Optional[str], typer.Option("--device", help="cpu, cuda or cuda:N (default: cuda if available).")] = None,
@@ -140,7 +149,7 @@ def transcribe(
     condition: Annotated[Optional[bool], typer.Option("--condition/--no-condition", help="Prompt each window with the text of the window before it, as openai-whisper's transcribe() does (condition_on_previous_text); batch rows then follow consecutive windows. --no-condition decodes every window on its own, as faster-whisper's batched pipeline. Default: prompted with timestamps, each window alone in text-only mode.", show_default=False)] = None,
     beam_size: Annotated[int, typer.Option("--beam-size", min=1, max=16, help="Beams per window at temperature 0, as openai-whisper's CLI and faster-whisper default to; 1 decodes greedily (fastest).")] = 5,
     best_of: Annotated[Optional[int], typer.Option("--best-of", min=1, max=16, help="Samples per window at a fallback temperature (a window whose text failed the compression-ratio or log-probability test); the best is kept. Default: the beam size (5; with --beam-size 1, one sample, the fastest).", show_default=False)] = None,
-    patience: Annotated[float, typer.Option("--patience", min=0.0, help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have).")] = 1.0,
+    patience: Annotated[float, typer.Option("--patience", help="Beam search stops once round(beam-size x patience) hypotheses have ended (1.0: as soon as beam-size have). Above 0 and at most 20.")] = 1.0,
     length_penalty: Annotated[Optional[float], typer.Option("--length-penalty", min=0.0, max=2.0, help="Rank hypotheses by log-probability / ((5 + length) / 6) ** this; default: / length.")] = None,
     word_timestamps: Annotated[Optional[bool], typer.Option("--word-timestamps/--no-word-timestamps", help="Time every word (openai-whisper's method: the alignment heads' cross-attention, aligned by dynamic time warping). Words go into .json (word, start, end, probability) and .tsv (a row per word); subtitle cues take their times from words. Costs one more decoder pass per batch. Default: on where windows are decoded as text only and .srt or .vtt is written (so cues follow the speech), else off.", show_default=False)] = None,
     without_timestamps: Annotated[Optional[bool], typer.Option("--without-timestamps/--timestamps", help="--without-timestamps decodes text only (openai-whisper's without_timestamps): each window (at most 30 s, ending in a pause) is one segment, and subtitle cues split it by characters, or by words with --word-timestamps; fewer decode steps, no window tails decoded again. --timestamps decodes Whisper's timestamp tokens: segments of a few seconds within each window. Default: text only (faster, and more accurate on the long files measured, on a CPU and on a GPU: docs/benchmarks.md), timestamps with --split fixed.", show_default=False)] = None,
@@ -190,9 +199,10 @@ def transcribe(
     _check_choice(split, ("silence", "fixed"), "--split")
     _check_device(device)
     rows = _parse_batch_size(batch_size)
-    if beam_size > 1 and round(beam_size * patience) < 1:
-        raise typer.BadParameter(f"{patience} with beam size {beam_size} keeps no hypothesis (round({beam_size} x {patience}) is 0)",
-                                 param_hint="--patience")  # fmt: skip
+    from wtx.options import check_patience
+
+    _usage(check_patience, patience, beam_size)
+    language, task = _fit_language(model, language, task)
     from wtx.subtitles import SubtitleOptions
 
     subtitles = SubtitleOptions(max_line_width, max_line_count, max_words_per_line, highlight_words)

@@ -5,6 +5,16 @@ class WtxError(Exception):
     """Base class: the message says what went wrong and how to fix it."""
 
 
+class InvalidOption(WtxError, ValueError):
+    """An option's value that cannot run, raised before anything loads. `option` names it as
+    the API spells it (batch_size); the CLI reports it as its flag (--batch-size)."""
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.reason = message
+
+
 class ModelNotFound(WtxError):
     pass
 

@@ -103,6 +103,12 @@ def _error(message: str) -> None:
     stderr.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True)
 
 
+def _first(names: list[str], shown: int = 5) -> str:
+    """The first `shown` names, then how many more: one line, however many failed."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def _warn(message: str) -> None:
     stderr.print(f"[yellow]warning:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
@@ -333,6 +339,7 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     import torch
 
     from wtx import startup
+    from wtx.autobatch import engine_batch_warning
     from wtx.engine import CompileError, Engine
     from wtx.quantize import has_vnni
 
@@ -346,6 +353,8 @@ def _local_backend(options, job: Job) -> "_Backend | int":
     batch_size = engine.options.batch_size  # never the inputs': a file's text must not depend on the others
     report = engine.compile_report
     for warning in report.warnings if report else []:
+        _warn(warning)
+    if job.batch_size is not None and (warning := engine_batch_warning(engine)):
         _warn(warning)
     startup.mark("engine ready")
     if not job.quiet:
@@ -583,7 +592,7 @@ def _transcribe(inputs, problems, failed, plan, skipped, durations, known, backe
                 highlight=False, soft_wrap=True,
             )
     if failed:
-        _error(f"{len(failed)} of {n_total} inputs failed: {', '.join(failed)}")
+        _error(f"{len(failed)} of {n_total} inputs failed: {_first(failed)}")
         return 1
     return 0
 
