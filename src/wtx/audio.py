@@ -14,6 +14,7 @@ import sys
 import threading
 from itertools import chain
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,19 @@ def ffmpeg_binary() -> str | None:
 
 
 PROTOCOLS = "file,pipe"  # all ffmpeg may open: never a URL, whatever a name or a playlist says
+# the demuxers an input may be read with: audio and video files, which open nothing but themselves;
+# never a playlist or a list of files (hls, dash, concat, imf...), which would read other local files
+DEMUXERS = ",".join([
+    "aa", "aac", "aax", "ac3", "ac4", "adp", "adx", "aiff", "amr", "amrnb", "amrwb", "ape", "aptx", "asf",
+    "ast", "au", "avi", "bfstm", "brstm", "caf", "codec2", "daud", "dfpwm", "dsf", "dss", "dts", "dtshd",
+    "dv", "eac3", "epaf", "flac", "flv", "g722", "g723_1", "g726", "g726le", "g729", "gsm", "gxf", "hca",
+    "iff", "ilbc", "ircam", "live_flv", "loas", "lxf", "matroska", "mlp", "mmf", "mov", "mp3", "mpc",
+    "mpc8", "mpeg", "mpegts", "mxf", "nistsphere", "nut", "nuv", "ogg", "oma", "pva", "qcp", "rm", "rso",
+    "sbc", "shn", "sln", "smjpeg", "sol", "sox", "spdif", "tak", "truehd", "tta", "voc", "vqf", "w64",
+    "wav", "wsaud", "wtv", "wv", "wve", "xa", "xwma",
+])  # fmt: skip
+# what reads other files, told by its first bytes (to name what was refused)
+_LISTS = {b"#EXTM3U": "hls", b"ffconcat version": "concat", b"<?xml": "an XML manifest"}
 
 
 def _display(source: str) -> str:
@@ -89,7 +103,8 @@ def probe_duration(source: str) -> float | None:
     if binary is None:
         return _pyav_duration(source)
     result = subprocess.run(
-        [binary, "-hide_banner", "-nostdin", "-protocol_whitelist", PROTOCOLS, "-i", ffmpeg_url(source)],
+        [binary, "-hide_banner", "-nostdin", "-protocol_whitelist", PROTOCOLS, "-format_whitelist", DEMUXERS,
+         "-i", ffmpeg_url(source)],
         capture_output=True, text=True, errors="replace",
     )  # fmt: skip
     match = re.search(r"Duration: (\d+):(\d\d):(\d\d(?:\.\d+)?)", result.stderr)
@@ -99,11 +114,29 @@ def probe_duration(source: str) -> float | None:
     return int(h) * 3600 + int(m) * 60 + float(s)
 
 
+def _refused(source: str, stderr: str = "") -> str:
+    """The error line for an input in a format not in DEMUXERS: what it is, where that is known."""
+    named = re.search(r"\[(\w+) @ 0x[0-9a-f]+\] Format not on whitelist", stderr)
+    kind = named.group(1) if named and not named.group(1).startswith("in") else None
+    if kind is None and not is_pipe(source):
+        with suppress(OSError), open(source, "rb") as f:
+            head = f.read(64).lstrip()
+            kind = next((k for magic, k in _LISTS.items() if head.startswith(magic)), None)
+    what = f"a playlist ({kind}) that would read other files" if kind else (
+        "not in a format wtx reads: a playlist or a list of files, which would read other files")
+    return f"{_display(source)}: {what}; wtx reads only media files"
+
+
+def _refuses(stderr: str) -> bool:
+    """Whether ffmpeg stopped at an input's format, one not in DEMUXERS."""
+    return "Format not on whitelist" in stderr
+
+
 def _pyav_duration(source: str) -> float | None:
     try:
         import av
 
-        with av.open(ffmpeg_url(source), options={"protocol_whitelist": PROTOCOLS}) as container:
+        with av.open(ffmpeg_url(source), options=_PYAV_OPTIONS) as container:
             return container.duration / 1e6 if container.duration else None
     except Exception:
         return None
@@ -119,7 +152,7 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
     What ffmpeg reported about a file it could still decode goes into `warnings`."""
     cmd = [
         binary, "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "0",
-        "-protocol_whitelist", PROTOCOLS, "-i", ffmpeg_url(source),
+        "-protocol_whitelist", PROTOCOLS, "-format_whitelist", DEMUXERS, "-i", ffmpeg_url(source),
         "-vn", "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
     ]  # fmt: skip
     piped = is_pipe(source)
@@ -149,6 +182,8 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
         drain.join()
         messages = b"".join(stderr_chunks)
         reason = _ffmpeg_reason(messages)
+        if proc.returncode != 0 and _refuses(messages.decode("utf-8", "replace")):
+            raise AudioError(_refused(source, messages.decode("utf-8", "replace")))
         if proc.returncode != 0:
             raise AudioError(f"{_display(source)}: ffmpeg cannot decode it: {reason}")
         if messages.strip():
@@ -157,6 +192,25 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+_PYAV_OPTIONS = {"protocol_whitelist": PROTOCOLS, "format_whitelist": DEMUXERS}
+
+
+def _pyav_open(source: str):
+    """PyAV's container for `source`, read only as a media file (DEMUXERS) that opens no other."""
+    import av
+
+    fifo = is_pipe(source) and source != STDIN
+    file = (open(source, "rb") if fifo else sys.stdin.buffer) if is_pipe(source) else None
+    try:
+        return av.open(ffmpeg_url(source) if file is None else file, options=_PYAV_OPTIONS)
+    except BaseException as e:
+        if fifo:
+            file.close()
+        if isinstance(e, av.error.ArgumentError):  # what an input in a format not in DEMUXERS gets
+            raise AudioError(_refused(source)) from e
+        raise
 
 
 def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
@@ -168,10 +222,7 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
             "no ffmpeg found: install it (apt-get install ffmpeg) or pip install imageio-ffmpeg"
         ) from e
     try:
-        if is_pipe(source):
-            container = av.open(sys.stdin.buffer if source == STDIN else open(source, "rb"))
-        else:
-            container = av.open(ffmpeg_url(source), options={"protocol_whitelist": PROTOCOLS})
+        container = _pyav_open(source)
         resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
         # samples not yet emitted, as bytes: a frame's plane is copied straight in, which costs
         # less than a to_ndarray() per frame (an MP3 frame at 16 kHz holds only 576 samples)
