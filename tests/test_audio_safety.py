@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-import wtx.audio as audio
+from wtx import audio
 from wtx.audio import SAMPLE_RATE, probe_duration, stream_samples
 from wtx.errors import AudioError
 

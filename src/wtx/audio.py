@@ -12,10 +12,10 @@ import stat
 import subprocess
 import sys
 import threading
-from itertools import chain
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -56,7 +56,7 @@ def ffmpeg_binary() -> str | None:
 PROTOCOLS = "file,pipe"  # all ffmpeg may open: never a URL, whatever a name or a playlist says
 # the demuxers an input may be read with: audio and video files, which open nothing but themselves;
 # never a playlist or a list of files (hls, dash, concat, imf...), which would read other local files
-DEMUXERS = ",".join([
+_DEMUXERS = (
     "aa", "aac", "aax", "ac3", "ac4", "adp", "adx", "aiff", "amr", "amrnb", "amrwb", "ape", "aptx", "asf",
     "ast", "au", "avi", "bfstm", "brstm", "caf", "codec2", "daud", "dfpwm", "dsf", "dss", "dts", "dtshd",
     "dv", "eac3", "epaf", "flac", "flv", "g722", "g723_1", "g726", "g726le", "g729", "gsm", "gxf", "hca",
@@ -64,7 +64,8 @@ DEMUXERS = ",".join([
     "mpc8", "mpeg", "mpegts", "mxf", "nistsphere", "nut", "nuv", "ogg", "oma", "pva", "qcp", "rm", "rso",
     "sbc", "shn", "sln", "smjpeg", "sol", "sox", "spdif", "tak", "truehd", "tta", "voc", "vqf", "w64",
     "wav", "wsaud", "wtv", "wv", "wve", "xa", "xwma",
-])  # fmt: skip
+)  # fmt: skip
+DEMUXERS = ",".join(_DEMUXERS)
 # what reads other files, told by its first bytes (to name what was refused)
 _LISTS = {b"#EXTM3U": "hls", b"ffconcat version": "concat", b"<?xml": "an XML manifest"}
 
