@@ -8,6 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
+from tests.conftest import SAMPLE, run_wtx, shared_file
 from wtx import audio
 from wtx.audio import SAMPLE_RATE, probe_duration, stream_samples
 from wtx.errors import AudioError
@@ -97,3 +98,92 @@ def test_ordinary_formats_still_decode(tmp_path, reader):
         samples = np.concatenate(list(stream_samples(str(out))))
         assert abs(len(samples) - SAMPLE_RATE) < 0.1 * SAMPLE_RATE, suffix
         assert probe_duration(str(out)) == pytest.approx(1.0, abs=0.1), suffix
+
+
+def _float_wav(path, samples: np.ndarray):
+    """A 16 kHz mono WAV of 32-bit float samples, written as they are (NaN and all)."""
+    subprocess.run(
+        [FFMPEG, "-nostdin", "-loglevel", "error", "-y", "-f", "f32le", "-ar", "16000", "-ac", "1",
+         "-i", "pipe:0", "-c:a", "pcm_f32le", str(path)],
+        input=samples.astype("<f4").tobytes(), check=True,
+    )  # fmt: skip
+    return path
+
+
+@pytest.fixture(scope="module")
+def speech():
+    """The first 12 s of the bundled sample, as float32 samples."""
+    if FFMPEG is None:
+        pytest.skip("no ffmpeg binary to make the test files")
+    return audio.load_audio(str(SAMPLE))[: 12 * SAMPLE_RATE].copy()
+
+
+def _broken(speech: np.ndarray) -> np.ndarray:
+    """The speech with 0.3% of its samples NaN and a few infinite."""
+    bad = speech.copy()
+    rng = np.random.default_rng(0)
+    bad[rng.choice(len(bad), len(bad) * 3 // 1000, replace=False)] = np.nan
+    bad[rng.choice(len(bad), 20, replace=False)] = np.inf
+    bad[rng.choice(len(bad), 20, replace=False)] = -np.inf
+    return bad
+
+
+def test_samples_that_are_not_numbers_read_as_silence(tmp_path, speech, reader):
+    """NaN and infinite samples (a float file can hold them) become silence, with a warning naming
+    the file; the other samples keep their values."""
+    bad = _broken(speech)
+    path = _float_wav(tmp_path / "nan.wav", bad)
+    warnings: list[str] = []
+    samples = np.concatenate(list(stream_samples(str(path), warnings=warnings)))
+    finite = np.isfinite(bad)
+    assert np.isfinite(samples).all()
+    assert np.array_equal(samples[finite], bad[finite]) and not samples[~finite].any()
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path}: ")
+    assert f"{(~finite).sum()} samples" in warnings[0] and "NaN" in warnings[0]
+
+
+def test_samples_far_beyond_full_scale_are_scaled_down(tmp_path, speech, reader):
+    """Speech scaled by 1e30 (a float file's) is read at full scale, with a warning naming the file."""
+    path = _float_wav(tmp_path / "loud.wav", speech * np.float32(1e30))
+    warnings: list[str] = []
+    samples = np.concatenate(list(stream_samples(str(path), warnings=warnings)))
+    peak = np.abs(speech).max()
+    np.testing.assert_allclose(samples, speech / peak, atol=1e-6)
+    assert (
+        len(warnings) == 1
+        and warnings[0].startswith(f"{path}: ")
+        and "scaled them down" in warnings[0]
+    )
+
+
+def test_ordinary_samples_keep_their_values(reader):
+    """A recording at ordinary levels (peaks a little past full scale after resampling, as the
+    JFK clip's) comes out as ffmpeg decodes it, bit for bit, with no warning."""
+    path = shared_file("audio/jfk.flac")
+    raw = subprocess.run(
+        [FFMPEG, "-nostdin", "-loglevel", "error", "-i", str(path), "-f", "f32le", "-ac", "1",
+         "-ar", "16000", "-"], capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    expected = np.frombuffer(raw, dtype=np.float32)
+    assert np.abs(expected).max() > 1.0
+    warnings: list[str] = []
+    samples = np.concatenate(list(stream_samples(str(path), warnings=warnings)))
+    if reader == "ffmpeg":
+        assert np.array_equal(samples, expected)
+    assert np.abs(samples).max() == pytest.approx(np.abs(expected).max(), rel=1e-3)
+    assert warnings == []
+
+
+@pytest.mark.slow
+def test_nan_and_huge_samples_are_transcribed(tmp_path, speech):
+    """The red team's files: 0.3% NaN samples, or speech scaled by 1e30, are transcribed (they
+    came out empty, or as "!!!!!!" without the detector)."""
+    nan = _float_wav(tmp_path / "nan.wav", _broken(speech))
+    loud = _float_wav(tmp_path / "loud.wav", speech * np.float32(1e30))
+    out = run_wtx("transcribe", str(nan), str(loud), "-o", str(tmp_path / "out"), "-f", "txt")
+    assert out.returncode == 0, out.stderr.decode()
+    for name in ["nan", "loud"]:
+        text = (tmp_path / "out" / f"{name}.txt").read_text()
+        assert "welcome" in text.lower() and "lighthouse" not in text.lower(), (name, text)
+    stderr = out.stderr.decode()
+    assert f"{nan}: " in stderr and f"{loud}: " in stderr

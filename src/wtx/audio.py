@@ -29,6 +29,9 @@ HOP_LENGTH = 160
 N_FRAMES = N_SAMPLES // HOP_LENGTH  # 3000 mel frames in a window
 
 STDIN = "-"
+# a peak past which samples are scaled down: only float files reach it (decoded integer or lossy
+# audio stays within a little of full scale, 1.0, resampled or not)
+LOUDEST = 8.0
 
 
 @dataclass(frozen=True)
@@ -257,10 +260,34 @@ def stream_samples(source: str, block: int = N_SAMPLES, warnings: list[str] | No
     samples. Problems in a file that still decoded are appended to `warnings`."""
     if not is_readable_input(source):
         raise AudioError(f"{_display(source)}: no such file")
+    warnings = [] if warnings is None else warnings
     binary = ffmpeg_binary()
     if binary is not None:
-        return _ffmpeg_stream(binary, source, block, [] if warnings is None else warnings)
-    return _pyav_stream(source, block)
+        return _sanitised(_ffmpeg_stream(binary, source, block, warnings), source, warnings)
+    return _sanitised(_pyav_stream(source, block), source, warnings)
+
+
+def _sanitised(blocks: Iterator[np.ndarray], source: str, warnings: list[str]) -> Iterator[np.ndarray]:
+    """The blocks with samples that are not numbers (NaN, infinity) as silence, and a recording
+    louder than LOUDEST scaled down to full scale from its first such block on (both only a float
+    file's); each noted once in `warnings`, naming the file. Other samples pass unchanged."""
+    nonfinite, peak = 0, 0.0
+    for samples in blocks:
+        finite = np.isfinite(samples)
+        if not finite.all():
+            nonfinite += samples.size - int(np.count_nonzero(finite))
+            samples[~finite] = 0.0
+        top = max(float(samples.max(initial=0.0)), -float(samples.min(initial=0.0)))
+        if top > LOUDEST or peak:
+            peak = max(peak, top)
+            samples /= np.float32(peak)
+        yield samples
+    if nonfinite:
+        warnings.append(f"{_display(source)}: {nonfinite} samples were not numbers (NaN or infinity); "
+                        "read them as silence")
+    if peak:
+        warnings.append(f"{_display(source)}: samples far beyond full scale (peak {peak:.3g}); "
+                        "scaled them down to full scale")
 
 
 def load_audio(source: str) -> np.ndarray:
