@@ -187,3 +187,38 @@ def test_nan_and_huge_samples_are_transcribed(tmp_path, speech):
         assert "welcome" in text.lower() and "lighthouse" not in text.lower(), (name, text)
     stderr = out.stderr.decode()
     assert f"{nan}: " in stderr and f"{loud}: " in stderr
+
+
+class _Silent:
+    """A speech detector that finds no speech in any window."""
+
+    group = 8
+
+    def speech(self, windows):
+        return [False] * len(windows)
+
+
+def test_inputs_without_speech_are_done_as_they_are_read():
+    """Inputs whose every window the detector drops are reported done as the reading goes on, not
+    all at once after the last: each holds its journal open until then (1,099 tone clips ran out
+    of open files)."""
+    from wtx.audio import N_SAMPLES, Window
+    from wtx.streams import Recording, RecordingDone, StreamOptions, StreamScheduler
+
+    unreported: set[int] = set()  # inputs read (their journals open), not yet reported done
+    most = 0
+
+    def recordings():
+        for key in range(300):
+            unreported.add(key)
+            yield Recording(key, [Window(0, 0.0, 2.0, np.zeros(N_SAMPLES, dtype=np.float32))])
+
+    scheduler = StreamScheduler(None, None, StreamOptions(batch_size=4))
+    done = []
+    for event in scheduler.run(recordings(), detector=_Silent()):
+        most = max(most, len(unreported))
+        assert isinstance(event, RecordingDone) and event.error is None
+        unreported.discard(event.key)
+        done.append(event.key)
+    assert done == list(range(300))
+    assert most <= 64, f"{most} inputs were open at once"

@@ -196,6 +196,10 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        proc.stdout.close()  # not left to the collector: a folder of clips runs many ffmpegs
+        drain.join(timeout=1.0)  # ffmpeg has ended: its stderr is at its end
+        if not drain.is_alive():
+            proc.stderr.close()
 
 
 _PYAV_OPTIONS = {"protocol_whitelist": PROTOCOLS, "format_whitelist": DEMUXERS}

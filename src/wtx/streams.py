@@ -35,6 +35,9 @@ from wtx.words import WordTiming, add_word_timestamps, last_word_end
 
 MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
 MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
+# recordings due their RecordingDone before more are read: each may hold resources its caller
+# opened for it (the CLI's journal), so a run of inputs without speech must not pile them up
+MAX_DUE = 16
 
 
 @dataclass(frozen=True)
@@ -349,8 +352,11 @@ class _Chunks:
         """The stream over the next chunk of any recording; None when every window was read
         (or, unless `block`, when the next has not been read yet). A recording with nothing
         left to decode is due its RecordingDone, so while one is, nothing is waited for (a
-        worker's call may be waiting on it)."""
+        worker's call may be waiting on it). Past MAX_DUE such recordings, None: they are
+        reported before more is read."""
         while (item := self._peek(block and not any(map(_finished, states)))) is not None:
+            if sum(map(_finished, states)) >= MAX_DUE:
+                return None
             recording, payload = item
             if self.state is None or self.state.recording is not recording:
                 self.state = self._open(recording)
