@@ -222,3 +222,66 @@ def test_inputs_without_speech_are_done_as_they_are_read():
         done.append(event.key)
     assert done == list(range(300))
     assert most <= 64, f"{most} inputs were open at once"
+
+
+def test_a_fifo_without_a_writer_holds_up_no_other_input(tmp_path, reader):
+    """A FIFO whose writer has not come is read after the inputs that are ready; once its writer
+    writes, it is read as well (both readers use the same wait)."""
+    import threading
+
+    from wtx.pipeline import AudioReader
+    from wtx.streams import Recording, RecordingDone, StreamOptions, StreamScheduler
+
+    fifo = tmp_path / "late.wav"
+    os.mkfifo(fifo)
+    tone = _tone(tmp_path / "tone.wav", seconds=1.0)
+    recordings = [Recording(str(p), AudioReader(str(p))) for p in [fifo, tone]]
+    scheduler = StreamScheduler(None, None, StreamOptions(batch_size=2))
+    events = scheduler.run(iter(recordings), detector=_Silent())
+    got: list = []
+    reading = threading.Thread(target=lambda: got.extend(events), daemon=True)
+    reading.start()
+    deadline = 30.0
+    while not got and deadline > 0:
+        reading.join(0.1)
+        deadline -= 0.1
+    assert [e.key for e in got] == [str(tone)]  # the tone is done while the FIFO waits
+    with open(fifo, "wb") as writer:
+        writer.write(tone.read_bytes())
+    reading.join(30)
+    assert [e.key for e in got] == [str(tone), str(fifo)]
+    assert all(isinstance(e, RecordingDone) and e.error is None for e in got)
+    assert recordings[0].windows.seconds == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_waiting_on_a_fifo(tmp_path):
+    """A FIFO that never gets a writer holds up no other input, and SIGTERM ends the run at once
+    (it was ignored for more than 25 s)."""
+    import signal
+    import sys
+    import time
+
+    fifo = tmp_path / "never.wav"
+    os.mkfifo(fifo)
+    tone = _tone(tmp_path / "tone.wav", seconds=2.0)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "wtx", "transcribe", str(fifo), str(tone), "-o", str(out), "-f", "txt"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        for _ in range(600):  # the tone's output, written while the FIFO waits
+            if (out / "tone.txt").exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (out / "tone.txt").exists(), proc.communicate(timeout=5)[1].decode()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        _, stderr = proc.communicate(timeout=10)
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, stderr.decode()
+    assert "terminated" in stderr.decode()

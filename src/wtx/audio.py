@@ -7,6 +7,7 @@ FFmpeg's libraries are used through PyAV if it is installed.
 
 import os
 import re
+import select
 import shutil
 import stat
 import subprocess
@@ -88,6 +89,65 @@ def is_pipe(source: str) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)
 
 
+def _is_fifo(source: str) -> bool:
+    """A named pipe (or bash's /dev/fd/N), which a reader opens before its writer may have."""
+    if source == STDIN:
+        return False
+    try:
+        return stat.S_ISFIFO(os.stat(source).st_mode)
+    except OSError:
+        return False
+
+
+_fifos: dict[str, int] = {}  # FIFO -> our read end, opened without waiting for a writer
+_fifos_lock = threading.Lock()
+
+
+def _fifo_end(source: str) -> int:
+    """Our read end of the FIFO `source`, opened at once (a plain open waits for a writer, which may
+    never come) and kept until it is read: closed, it would leave a writer with no reader."""
+    with _fifos_lock:
+        if source not in _fifos:
+            _fifos[source] = os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return _fifos[source]
+
+
+def _fifo_waits(fd: int, timeout_ms: int | None) -> bool:
+    """Whether a FIFO still has nothing to read after `timeout_ms` (None: until it has): no
+    writer yet, or one that wrote nothing yet. A writer that came and went counts as something."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return not poller.poll(timeout_ms)
+
+
+def is_ready(source: str) -> bool:
+    """Whether reading `source` would start without waiting: False only for a FIFO whose writer has
+    written nothing yet (wtx.streams reads such inputs after the others)."""
+    if not _is_fifo(source):
+        return True
+    try:
+        return not _fifo_waits(_fifo_end(source), 0)
+    except OSError:
+        return True  # reading it reports the error
+
+
+def _open_fifo(source: str):
+    """The FIFO `source` as a file, once its writer has written (or come and gone)."""
+    fd = _fifo_end(source)
+    _fifo_waits(fd, None)
+    with _fifos_lock:
+        del _fifos[source]
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _open_pipe(source: str):
+    """A pipe's bytes as a file: stdin, a FIFO (see _open_fifo) or a character device."""
+    if source == STDIN:
+        return sys.stdin.buffer
+    return _open_fifo(source) if _is_fifo(source) else open(source, "rb")
+
+
 def is_readable_input(source: str) -> bool:
     """A regular file, or a pipe (see is_pipe)."""
     return source == STDIN or os.path.isfile(source) or is_pipe(source)
@@ -163,7 +223,7 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
     if piped:
         cmd.remove("-nostdin")
     # a pipe is handed over as ffmpeg's stdin: a child does not inherit bash's /dev/fd/N
-    stdin = (sys.stdin.buffer if source == STDIN else open(source, "rb")) if piped else subprocess.DEVNULL
+    stdin = _open_pipe(source) if piped else subprocess.DEVNULL
     try:
         proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     finally:
@@ -210,7 +270,7 @@ def _pyav_open(source: str):
     import av
 
     fifo = is_pipe(source) and source != STDIN
-    file = (open(source, "rb") if fifo else sys.stdin.buffer) if is_pipe(source) else None
+    file = _open_pipe(source) if is_pipe(source) else None
     try:
         return av.open(ffmpeg_url(source) if file is None else file, options=_PYAV_OPTIONS)
     except BaseException as e:
