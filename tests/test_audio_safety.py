@@ -285,3 +285,77 @@ def test_sigterm_stops_a_run_waiting_on_a_fifo(tmp_path):
         proc.kill()
     assert proc.returncode == 143, stderr.decode()
     assert "terminated" in stderr.decode()
+
+
+def _wav(path, channels: np.ndarray):
+    """A 16 kHz 16-bit WAV of `channels` (channels x samples), with no channel layout."""
+    import wave
+
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(len(channels))
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((channels.T * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.mark.parametrize("count", [10, 32])
+def test_many_channels_are_mixed_to_mono(tmp_path, reader, count):
+    """Channels past those ffmpeg knows a layout for are averaged (they failed with "Error while
+    processing the decoded data")."""
+    t = np.arange(2 * SAMPLE_RATE) / SAMPLE_RATE
+    tone = 0.3 * np.sin(2 * np.pi * 440 * t)
+    channels = np.stack(
+        [tone * (2 * k / (count - 1)) for k in range(count)]
+    )  # their mean: the tone
+    path = _wav(tmp_path / f"c{count}.wav", channels)
+    warnings: list[str] = []
+    samples = np.concatenate(list(stream_samples(str(path), warnings=warnings)))
+    np.testing.assert_allclose(samples, tone, atol=2e-4)
+    assert warnings == []
+
+
+def test_many_channels_from_a_pipe_fail_naming_the_fix(tmp_path):
+    """From a pipe, which cannot be read twice, the ffmpeg binary's reader says what to do."""
+    if FFMPEG is None:
+        pytest.skip("no ffmpeg binary")
+    path = _wav(tmp_path / "c32.wav", np.zeros((32, SAMPLE_RATE)))
+    read, write = os.pipe()
+    writer = subprocess.Popen(["cat", str(path)], stdout=write, stderr=subprocess.DEVNULL)
+    os.close(write)
+    try:
+        with pytest.raises(
+            AudioError, match=r"^/dev/fd/\d+: 32 channels .* save it to a file first$"
+        ):
+            list(stream_samples(f"/dev/fd/{read}"))
+    finally:
+        os.close(read)  # the rest of the file is not read: the writer stops
+        writer.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tracks(tmp_path_factory):
+    """An mp4 of three audio tracks: the default one silent, the other two tones."""
+    path = tmp_path_factory.mktemp("tracks") / "three tracks.mp4"
+    if FFMPEG is None:
+        pytest.skip("no ffmpeg binary")
+    _ffmpeg(
+        "-f", "lavfi", "-i", "anullsrc=r=16000:cl=mono", "-f", "lavfi", "-i", "sine=frequency=300:duration=2",
+        "-f", "lavfi", "-i", "sine=frequency=600:duration=2", "-map", "0:a", "-map", "1:a", "-map", "2:a",
+        "-t", "2", "-c:a", "aac", "-disposition:a:0", "default", "-disposition:a:1", "0",
+        "-disposition:a:2", "0", str(path),
+    )  # fmt: skip
+    return path
+
+
+def test_several_audio_tracks_say_which_one_is_read(tracks, reader):
+    """Of several audio tracks the default one is read, by both readers, and a note names the
+    file, the track and how to read another."""
+    warnings: list[str] = []
+    samples = np.concatenate(list(stream_samples(str(tracks), warnings=warnings)))
+    assert not samples.any()  # the silent default track
+    assert len(warnings) == 1
+    assert warnings[0].startswith(
+        f"{tracks}: has 3 audio tracks, transcribed track 1 (the default) alone"
+    )
+    assert f"ffmpeg -i '{tracks}' -map 0:a:N-1" in warnings[0]

@@ -8,6 +8,7 @@ FFmpeg's libraries are used through PyAV if it is installed.
 import os
 import re
 import select
+import shlex
 import shutil
 import stat
 import subprocess
@@ -180,7 +181,7 @@ def probe_duration(source: str) -> float | None:
 
 def _refused(source: str, stderr: str = "") -> str:
     """The error line for an input in a format not in DEMUXERS: what it is, where that is known."""
-    named = re.search(r"\[(\w+) @ 0x[0-9a-f]+\] Format not on whitelist", stderr)
+    named = re.search(r"\[(\w+) @ 0x[0-9a-f]+\] (\[error\] )?Format not on whitelist", stderr)
     kind = named.group(1) if named and not named.group(1).startswith("in") else None
     if kind is None and not is_pipe(source):
         with suppress(OSError), open(source, "rb") as f:
@@ -211,13 +212,76 @@ def _ffmpeg_reason(stderr: bytes) -> str:
     return lines[-1] if lines else "ffmpeg failed without a message"
 
 
-def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) -> Iterator[np.ndarray]:
+_TAG = re.compile(r"^(\[[^\]]* @ 0x[0-9a-f]+\] )?\[(\w+)\] ?")  # -loglevel level+info's prefixes
+_LOUD = ("error", "fatal", "panic")
+
+
+def _ffmpeg_errors(stderr: bytes) -> bytes:
+    """What ffmpeg said at -loglevel error, out of what it said at level+info."""
+    kept = []
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        tag = _TAG.match(line)
+        if tag is not None and tag.group(2) in _LOUD:
+            kept.append((tag.group(1) or "") + line[tag.end() :])
+    return "\n".join(kept).encode()
+
+
+def _tracks_note(source: str, stderr: str) -> str | None:
+    """Which of several audio tracks ffmpeg read (from its info lines), or None for one track."""
+    listing = stderr.split("[info] Stream mapping:", 1)
+    line = r"^\[info\]   Stream #0:(\d+)\S*: Audio: .*?( \(default\))?$"
+    tracks = re.findall(line, listing[0], re.MULTILINE)
+    used = re.search(r"^\[info\]   Stream #0:(\d+) -> #0:0", listing[-1], re.MULTILINE)
+    if len(tracks) < 2 or used is None:
+        return None
+    numbers = [int(n) for n, _ in tracks]
+    track = numbers.index(int(used.group(1))) + 1 if int(used.group(1)) in numbers else None
+    if track is None:
+        return None
+    return _tracks_line(source, len(tracks), track, bool(tracks[track - 1][1]))
+
+
+def _tracks_line(source: str, count: int, track: int, default: bool) -> str:
+    name, flag = _display(source), " (the default)" if default else ""
+    return (f"{name}: has {count} audio tracks, transcribed track {track}{flag} alone; for track "
+            f"N, extract it: ffmpeg -i {shlex.quote(name)} -map 0:a:N-1 -c:a copy track.mka")
+
+
+class _Unmixed(AudioError):
+    """Channels with no layout, which ffmpeg cannot mix to mono by itself."""
+
+    def __init__(self, source: str, channels: int):
+        super().__init__(f"{_display(source)}: {channels} channels with no layout, which wtx mixes "
+                         f"to mono only from a file, not a pipe; save it to a file first")
+        self.channels = channels
+
+
+def _mixed(channels: int) -> str:
+    """An ffmpeg filter that averages `channels` channels into one (pan's '<': gains sum to 1)."""
+    return "pan=mono|c0<" + "+".join(f"c{i}" for i in range(channels))
+
+
+def _ffmpeg_read(binary: str, source: str, block: int, warnings: list[str]) -> Iterator[np.ndarray]:
+    """_ffmpeg_stream, once more with the channels averaged where ffmpeg could not mix them."""
+    try:
+        yield from _ffmpeg_stream(binary, source, block, warnings)
+    except _Unmixed as e:
+        if is_pipe(source):
+            raise
+        yield from _ffmpeg_stream(binary, source, block, warnings, _mixed(e.channels))
+
+
+def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str],
+                   mix: str | None = None) -> Iterator[np.ndarray]:  # fmt: skip
     """Yields float32 blocks of `block` samples (the last one shorter) from an ffmpeg pipe.
-    What ffmpeg reported about a file it could still decode goes into `warnings`."""
+    What ffmpeg reported about a file it could still decode goes into `warnings`, and which track
+    it read of several. `mix`: a filter that makes the channels one. Raises _Unmixed, having
+    yielded nothing, where ffmpeg cannot mix the channels by itself."""
     cmd = [
-        binary, "-nostdin", "-hide_banner", "-loglevel", "error", "-threads", "0",
+        binary, "-nostdin", "-hide_banner", "-loglevel", "level+info", "-nostats", "-threads", "0",
         "-protocol_whitelist", PROTOCOLS, "-format_whitelist", DEMUXERS, "-i", ffmpeg_url(source),
-        "-vn", "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
+        "-vn", *(["-af", mix] if mix else []),
+        "-f", "f32le", "-ac", "1", "-acodec", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-",
     ]  # fmt: skip
     piped = is_pipe(source)
     if piped:
@@ -233,7 +297,7 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
     drain = threading.Thread(target=lambda: stderr_chunks.append(proc.stderr.read()), daemon=True)
     drain.start()
     try:
-        nbytes = block * 4
+        nbytes, yielded = block * 4, False
         while True:
             buf = bytearray(nbytes)  # writable, so the samples can become tensors without a copy
             view, got = memoryview(buf), 0
@@ -242,12 +306,19 @@ def _ffmpeg_stream(binary: str, source: str, block: int, warnings: list[str]) ->
             if got == 0:
                 break
             yield np.frombuffer(buf, dtype=np.float32, count=got // 4)
+            yielded = True
         proc.wait()
         drain.join()
-        messages = b"".join(stderr_chunks)
+        said = b"".join(stderr_chunks).decode("utf-8", "replace")
+        messages = _ffmpeg_errors(said.encode())
         reason = _ffmpeg_reason(messages)
-        if proc.returncode != 0 and _refuses(messages.decode("utf-8", "replace")):
-            raise AudioError(_refused(source, messages.decode("utf-8", "replace")))
+        if proc.returncode != 0 and _refuses(said):
+            raise AudioError(_refused(source, said))
+        unmixed = re.search(r"Rematrix is needed between (\d+) channels and mono", said)
+        if proc.returncode != 0 and unmixed and mix is None and not yielded:
+            raise _Unmixed(source, int(unmixed.group(1)))
+        if note := _tracks_note(source, said):
+            warnings.append(note)
         if proc.returncode != 0:
             raise AudioError(f"{_display(source)}: ffmpeg cannot decode it: {reason}")
         if messages.strip():
@@ -281,7 +352,40 @@ def _pyav_open(source: str):
         raise
 
 
-def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
+def _pyav_track(source: str, tracks, warnings: list[str]):
+    """The audio track the ffmpeg binary reads: a default one, the one of most channels among
+    them, the first of those; of several, a note in `warnings` says which."""
+    import av
+
+    default = av.stream.Disposition.default
+    # max: the first of ties
+    stream = max(tracks, key=lambda s: (bool(s.disposition & default), s.channels))
+    if len(tracks) > 1:
+        track = list(tracks).index(stream) + 1
+        is_default = bool(stream.disposition & default)
+        warnings.append(_tracks_line(source, len(tracks), track, is_default))
+    return stream
+
+
+def _averaged(frame):
+    """A frame's channels averaged into one, as 32-bit floats (as ffmpeg's pan filter mixes)."""
+    import av
+
+    samples = frame.to_ndarray()
+    channels = len(frame.layout.channels)
+    if not frame.format.is_planar:  # interleaved: one row of samples * channels
+        samples = samples.reshape(-1, channels).T
+    if samples.dtype.kind == "u":
+        samples = (samples.astype(np.float32) - 128) / 128
+    elif samples.dtype.kind == "i":
+        samples = samples.astype(np.float32) / np.float32(2 ** (8 * samples.dtype.itemsize - 1))
+    mean = samples.mean(axis=0, dtype=np.float32)[None, :]
+    mono = av.AudioFrame.from_ndarray(mean, format="flt", layout="mono")
+    mono.sample_rate = frame.sample_rate
+    return mono
+
+
+def _pyav_stream(source: str, block: int, warnings: list[str]) -> Iterator[np.ndarray]:
     """The same stream through PyAV, for machines without an ffmpeg binary."""
     try:
         import av
@@ -297,7 +401,7 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
         pending = bytearray()
         nbytes = block * 4
         with container:
-            stream = container.streams.audio[0]
+            stream = _pyav_track(source, container.streams.audio, warnings)
             stream.thread_type = "AUTO"
             frames = container.decode(stream)
             native = (
@@ -306,8 +410,21 @@ def _pyav_stream(source: str, block: int) -> Iterator[np.ndarray]:
                 and stream.codec_context.layout.name == "mono"
                 and stream.rate == SAMPLE_RATE
             )
+            # channels with no layout past the 8 ffmpeg guesses one for, or that the resampler
+            # cannot mix: averaged here (as the binary's reader does, _mixed)
+            layout = stream.codec_context.layout
+            mixing = len(layout.channels) > 8 and all(c.name == "NONE" for c in layout.channels)
             for frame in frames if native else chain(frames, [None]):  # None flushes the resampler
-                for out in [frame] if native else resampler.resample(frame):
+                try:
+                    mixed = _averaged(frame) if mixing and frame is not None else frame
+                    outs = [frame] if native else resampler.resample(mixed)
+                except (av.error.ArgumentError, ValueError):
+                    if mixing or pending or frame is None:
+                        raise
+                    mixing = True
+                    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+                    outs = resampler.resample(_averaged(frame))
+                for out in outs:
                     pending += memoryview(out.planes[0])[: out.samples * 4]  # mono float32: one plane
                 while len(pending) >= nbytes:
                     yield np.frombuffer(pending[:nbytes], dtype=np.float32)  # a copy: writable
@@ -327,8 +444,8 @@ def stream_samples(source: str, block: int = N_SAMPLES, warnings: list[str] | No
     warnings = [] if warnings is None else warnings
     binary = ffmpeg_binary()
     if binary is not None:
-        return _sanitised(_ffmpeg_stream(binary, source, block, warnings), source, warnings)
-    return _sanitised(_pyav_stream(source, block), source, warnings)
+        return _sanitised(_ffmpeg_read(binary, source, block, warnings), source, warnings)
+    return _sanitised(_pyav_stream(source, block, warnings), source, warnings)
 
 
 def _sanitised(blocks: Iterator[np.ndarray], source: str, warnings: list[str]) -> Iterator[np.ndarray]:
