@@ -392,8 +392,9 @@ class _Chunks:
         worker's call may be waiting on it). Past MAX_DUE such recordings, None: they are
         reported before more is read. Where the reading waits for an input (_WAIT), None too
         until nothing else is left to do."""
-        while (item := self._peek(wait := block and not any(map(_finished, states)))) is not None:
-            if sum(map(_finished, states)) >= MAX_DUE:
+        while sum(map(_finished, states)) < MAX_DUE:
+            item = self._peek(wait := block and not any(map(_finished, states)))
+            if item is None:
                 return None
             if item[1] is _WAIT:  # the reading waits for an input: what was read goes first
                 if not wait:
