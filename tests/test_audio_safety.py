@@ -359,3 +359,13 @@ def test_several_audio_tracks_say_which_one_is_read(tracks, reader):
         f"{tracks}: has 3 audio tracks, transcribed track 1 (the default) alone"
     )
     assert f"ffmpeg -i '{tracks}' -map 0:a:N-1" in warnings[0]
+
+
+def test_notes_keep_colon_words_as_written():
+    """':a:' (an ffmpeg stream specifier, or part of a file name) is printed as written, not as
+    an emoji."""
+    from wtx.progress import stderr
+
+    with stderr.capture() as captured:
+        stderr.print("ffmpeg -i 'talk :fire:.mp4' -map 0:a:N-1", highlight=False)
+    assert captured.get().strip() == "ffmpeg -i 'talk :fire:.mp4' -map 0:a:N-1"
