@@ -72,7 +72,7 @@ _DEMUXERS = (
 )  # fmt: skip
 DEMUXERS = ",".join(_DEMUXERS)
 # what reads other files, told by its first bytes (to name what was refused)
-_LISTS = {b"#EXTM3U": "hls", b"ffconcat version": "concat", b"<?xml": "an XML manifest"}
+_LISTS = {b"#EXTM3U": "hls", b"ffconcat version": "concat"}
 
 
 def _display(source: str) -> str:
@@ -182,7 +182,7 @@ def probe_duration(source: str) -> float | None:
 def _refused(source: str, stderr: str = "") -> str:
     """The error line for an input in a format not in DEMUXERS: what it is, where that is known."""
     named = re.search(r"\[(\w+) @ 0x[0-9a-f]+\] (\[error\] )?Format not on whitelist", stderr)
-    kind = named.group(1) if named and not named.group(1).startswith("in") else None
+    kind = named.group(1) if named else None  # newer ffmpegs name none there
     if kind is None and not is_pipe(source):
         with suppress(OSError), open(source, "rb") as f:
             head = f.read(64).lstrip()
