@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
-from wtx.audio import N_SAMPLES, SAMPLE_RATE, Window, stream_samples
+from wtx.audio import N_SAMPLES, SAMPLE_RATE, Window, is_ready, stream_samples
 from wtx.split import make_windows
 
 
@@ -39,6 +39,10 @@ class AudioReader:
         self.warnings: list[str] = []
         self.skipped_before: dict[int, float] = {}  # per window: audio before it that no window covers
         self.end = 0.0  # where the last window read ends
+
+    def ready(self) -> bool:
+        """Whether its audio can be read without waiting (a FIFO's writer may not have come yet)."""
+        return isinstance(self.source, np.ndarray) or is_ready(self.source)
 
     def _blocks(self) -> Iterator[np.ndarray]:
         if isinstance(self.source, np.ndarray):

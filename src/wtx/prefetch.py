@@ -6,8 +6,12 @@ from itertools import islice
 from queue import Empty, Full, Queue
 
 
+ABANDON_AFTER = 1.0  # seconds a stopped producer may take to notice, with nothing to hand over
+
+
 def prefetch(items: Iterable, depth: int) -> Iterator:
-    """Iterates `items` in a background thread, up to `depth` ahead; re-raises its errors."""
+    """Iterates `items` in a background thread, up to `depth` ahead; re-raises its errors. Closed
+    early, it waits for the thread to stop, or ABANDON_AFTER seconds for one stuck in `items`."""
     queue: Queue = Queue(maxsize=depth)
     stop = threading.Event()
     done = object()
@@ -39,11 +43,17 @@ def prefetch(items: Iterable, depth: int) -> Iterator:
             yield item
     finally:
         stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
+        idle = 0.0
+        # unblock a producer waiting on a full queue
+        while thread.is_alive() and idle < ABANDON_AFTER:
             try:
                 queue.get_nowait()
+                idle = 0.0
             except Empty:
                 thread.join(timeout=0.1)
+                idle += 0.1
+        # a producer still running waits on its input (a FIFO whose writer never comes): it is left
+        # behind, a daemon thread that ends with its next item
 
 
 def batched(items: Iterable, n: int) -> Iterator[list]:

@@ -13,7 +13,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, emoji=False)  # ":a:" in a name or a command is no emoji
 
 
 def format_duration(seconds: float) -> str:

@@ -22,6 +22,7 @@ A recording whose audio fails midway is reported once, and its other windows are
 other recordings go on.
 """
 
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,10 @@ from wtx.words import WordTiming, add_word_timestamps, last_word_end
 
 MAX_TAIL_DEPTH = 2  # a tail may leave a tail of its own, once
 MIN_TAIL_SECONDS = 1.0  # shorter remainders are not decoded again
+# recordings due their RecordingDone before more are read: each may hold resources its caller
+# opened for it (the CLI's journal), so a run of inputs without speech must not pile them up
+MAX_DUE = 16
+WAITING_POLL = 0.05  # seconds between looks at recordings not ready to be read
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class Recording:
     """One input as the scheduler sees it."""
 
     key: Hashable  # the caller's handle, returned with every event
-    windows: Iterable[Window]  # in index order; iterating may raise (a decode error)
+    windows: Iterable[Window]  # in index order; iterating may raise (a decode error); ready(): _read
     prompts: dict[int, list[int]] = field(default_factory=dict)  # journaled: index -> prompt after it
     language: str | None = None  # None: detected on its first window (multilingual models)
     speech_ends: dict[int, float] = field(default_factory=dict)  # journaled: index -> last speech after it
@@ -259,18 +264,47 @@ def chunk_span(max_prompt: int, stream_windows: int) -> int:
 
 _END = object()
 _NOT_READY = object()
+_WAIT = object()  # (None, _WAIT): the reading waits for an input (_read); what was read goes first
 
 
 def _read(recordings: Iterable[Recording]) -> Iterator[tuple]:
-    """(recording, window), then (recording, _END) or (recording, error): runs ahead in a thread."""
+    """(recording, window), then (recording, _END) or (recording, error), for each recording in
+    turn: runs ahead in a thread. A recording whose windows can't be read yet (their `ready()`
+    says False: a FIFO without a writer) waits while the others are read, so it holds up none."""
+    waiting: list[Recording] = []
     for recording in recordings:
-        try:
-            for window in recording.windows:
-                yield recording, window
-        except Exception as e:  # this recording's audio failed; the others go on
-            yield recording, e
+        waiting.append(recording)
+        while (ready := next((r for r in waiting if _ready(r)), None)) is not None:
+            waiting.remove(ready)
+            yield from _windows(ready)
+    waited = False
+    while waiting:
+        ready = next((r for r in waiting if _ready(r)), None)
+        if ready is None and not waited:
+            yield None, _WAIT
+            waited = True
+        if ready is None and len(waiting) > 1:
+            time.sleep(WAITING_POLL)
             continue
-        yield recording, _END
+        ready = ready or waiting[0]  # the last one waits in its reading
+        waiting.remove(ready)
+        waited = False
+        yield from _windows(ready)
+
+
+def _ready(recording: Recording) -> bool:
+    ready = getattr(recording.windows, "ready", None)
+    return ready is None or ready()
+
+
+def _windows(recording: Recording) -> Iterator[tuple]:
+    try:
+        for window in recording.windows:
+            yield recording, window
+    except Exception as e:  # this recording's audio failed; the others go on
+        yield recording, e
+        return
+    yield recording, _END
 
 
 def _speech_only(items: Iterator[tuple], detector) -> Iterator[tuple]:
@@ -278,10 +312,16 @@ def _speech_only(items: Iterator[tuple], detector) -> Iterator[tuple]:
     groups of windows across recordings, so a folder of short clips fills every group instead of
     padding one group per clip: a window's score depends on the group's fixed shape, not on the
     windows beside it, so a file's decisions are the same alone or among others, resumed or not.
-    A recording's end (or error) waits with its last windows until their group is scored."""
+    A recording's end (or error) waits with its last windows until their group is scored, or until
+    the reading waits for an input (_WAIT)."""
     held: list[tuple] = []
     windows = 0
     for item in items:
+        if item[1] is _WAIT:  # scored now, not when an input that may never come fills the group
+            yield from _scored(held, detector)
+            held, windows = [], 0
+            yield item
+            continue
         held.append(item)
         windows += isinstance(item[1], Window)
         if windows == detector.group:
@@ -349,8 +389,18 @@ class _Chunks:
         """The stream over the next chunk of any recording; None when every window was read
         (or, unless `block`, when the next has not been read yet). A recording with nothing
         left to decode is due its RecordingDone, so while one is, nothing is waited for (a
-        worker's call may be waiting on it)."""
-        while (item := self._peek(block and not any(map(_finished, states)))) is not None:
+        worker's call may be waiting on it). Past MAX_DUE such recordings, None: they are
+        reported before more is read. Where the reading waits for an input (_WAIT), None too
+        until nothing else is left to do."""
+        while sum(map(_finished, states)) < MAX_DUE:
+            item = self._peek(wait := block and not any(map(_finished, states)))
+            if item is None:
+                return None
+            if item[1] is _WAIT:  # the reading waits for an input: what was read goes first
+                if not wait:
+                    return None
+                self._take()
+                continue
             recording, payload = item
             if self.state is None or self.state.recording is not recording:
                 self.state = self._open(recording)

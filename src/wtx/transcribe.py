@@ -232,6 +232,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
     # the audio is decoded while torch and the model load (on Ray the CPU stage reads it;
     # --compare-eager reads every input for stock openai-whisper first)
     local = job.ray is None and not job.compare_eager
+    _open_files_for_every_journal()  # many inputs are in flight at once: journals, ffmpeg pipes
     readahead = ReadAhead([i.path for i in inputs] if local else [])
     try:
         return _run_loaded(inputs, problems, failed, plan, skipped, job, readahead)
@@ -501,8 +502,9 @@ def _first_cause(error: BaseException) -> str:
 
 
 def _open_files_for_every_journal() -> None:
-    """On Ray every input's journal is open from the start: the soft limit on open files goes up
-    to the hard one (a folder of thousands of clips)."""
+    """On Ray every input's journal is open from the start, and in this process those of the
+    inputs in flight: the soft limit on open files goes up to the hard one (a folder of thousands
+    of clips)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
