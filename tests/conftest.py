@@ -22,10 +22,20 @@ def _isolated_cache(cache_root, monkeypatch):
 
 
 def shared_file(relative: str) -> Path:
+    """A file of ../shared; the test skips where it is absent, and fails under CI=true, where
+    ../shared is part of the set-up (so the tests needing it cannot go quietly missing)."""
     path = SHARED / relative
     if not path.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{path} is not available, and CI=true expects ../shared")
         pytest.skip(f"{path} is not available")
     return path
+
+
+def audio_file(relative: str) -> Path:
+    """The bundled sample for "sample", else shared_file(relative): parity tests name both, so a
+    clone without ../shared still runs them on the sample."""
+    return SAMPLE if relative == "sample" else shared_file(relative)
 
 
 def run_wtx(*args: str, stdin: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -413,8 +413,10 @@ def test_stdout_takes_the_format_and_separates_files(tmp_path):
 
 @pytest.mark.slow
 def test_a_closed_pipe_stops_quietly(tmp_path):
-    a, b = clip(tmp_path / "a.mp3", 0), clip(tmp_path / "b.mp3", 13)
-    proc = subprocess.Popen([sys.executable, "-m", "wtx", "transcribe", str(a), str(b), str(a), "-o", "-", "-q"],
+    # one window a batch, and a second input three windows long: its transcript is written seconds
+    # after the first one, once the reader has gone, so the write meets the closed pipe
+    a = clip(tmp_path / "a.mp3", 0)
+    proc = subprocess.Popen([sys.executable, "-m", "wtx", "transcribe", str(a), str(SAMPLE), "-o", "-", "-q", "-b", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     proc.stdout.readline()  # the first transcript arrived: the reader goes away, as `| head -1` does
     proc.stdout.close()

@@ -78,8 +78,8 @@ def test_every_bad_input_fails_alone_and_the_rest_complete(bad_inputs, tmp_path)
         else:
             assert {f"{path.stem}.txt", f"{path.stem}.srt"} <= written, f"{key}: outputs missing\n{stderr[-2000:]}"
     assert (out_dir / "silence.txt").read_text() == ""  # no hallucinated text for silence
-    assert "lighthouse" in (out_dir / "talk.txt").read_text().lower().replace(" ", "") or \
-        (out_dir / "talk.txt").read_text().strip()  # fmt: skip
+    video = (out_dir / "talk.txt").read_text().lower()
+    assert "welcome" in video and "tool" in video, video  # the sample's first words, from the video
     for key in ("8khz", "96khz", "stereo", "unicode_name", "truncated_mp3"):
         assert (out_dir / f"{bad_inputs[key].stem}.txt").read_text().strip(), key
 
@@ -118,10 +118,15 @@ def long_input(tmp_path_factory) -> Path:
     return path
 
 
+# greedy: what is interrupted and resumed is the journal's, whatever the decoding, at a fifth of
+# beam 5's cost (test_beam holds beam search to stock's)
+RUN = ("-f", "txt,srt,json", "-b", "2", "--beam-size", "1")
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(long_input, tmp_path_factory) -> Path:
     out_dir = tmp_path_factory.mktemp("reference")
-    out = run_wtx("transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2")
+    out = run_wtx("transcribe", str(long_input), "-o", str(out_dir), *RUN)
     assert out.returncode == 0
     return out_dir
 
@@ -134,7 +139,7 @@ def _default_sigint() -> None:
 
 def start(long_input: Path, out_dir: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "wtx", "transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2"],
+        [sys.executable, "-m", "wtx", "transcribe", str(long_input), "-o", str(out_dir), *RUN],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=os.environ.copy(), preexec_fn=_default_sigint,
     )  # fmt: skip
 
@@ -172,7 +177,7 @@ def test_interrupted_run_resumes_to_identical_outputs(how, long_input, uninterru
     assert not (out_dir / "long.txt").exists()  # no partial outputs
     journal = (out_dir / ".long.wtx-journal").read_text().splitlines()
     assert len(journal) >= 2 and json.loads(journal[0])["version"] == VERSION
-    again = run_wtx("transcribe", str(long_input), "-o", str(out_dir), "-f", "txt,srt,json", "-b", "2")
+    again = run_wtx("transcribe", str(long_input), "-o", str(out_dir), *RUN)
     assert again.returncode == 0, again.stderr.decode()[-2000:]
     assert b"resuming" in again.stderr
     same_outputs(uninterrupted, out_dir)
@@ -183,7 +188,8 @@ def test_two_processes_share_output_and_cache_dirs(long_input, tmp_path):
     env = {"WTX_CACHE_DIR": str(tmp_path / "cache")}  # both convert the weights at the same time
     out_dir = tmp_path / "out"
     procs = [
-        subprocess.Popen([sys.executable, "-m", "wtx", "transcribe", str(src), "-o", str(out_dir), "-f", "txt"],
+        subprocess.Popen([sys.executable, "-m", "wtx", "transcribe", str(src), "-o", str(out_dir),
+                          "-f", "txt", "--beam-size", "1"],
                          stderr=subprocess.PIPE, env={**os.environ, **env})  # fmt: skip
         for src in (SAMPLE, long_input)
     ]
