@@ -193,14 +193,7 @@ def test_profile_startup_prints_the_phases_on_stderr(clip):
 # --language and --task -----------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_an_english_only_model_refuses_another_language(clip):
-    from tests.conftest import run_wtx
-
-    out = run_wtx("transcribe", str(clip), "-o", "-", "-l", "de")
-    err = out.stderr.decode()
-    assert out.returncode == 1 and out.stdout == b"" and "Traceback" not in err
-    assert "error: tiny.en is English-only; it cannot use --language de" in err.splitlines()
+# An English-only model given another language: tests/test_validation.py.
 
 
 @pytest.mark.slow
