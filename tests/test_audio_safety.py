@@ -8,7 +8,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests.conftest import SAMPLE, run_wtx, shared_file
+from tests.conftest import SAMPLE, make_wav, run_wtx, shared_file
 from wtx import audio
 from wtx.audio import SAMPLE_RATE, probe_duration, stream_samples
 from wtx.errors import AudioError
@@ -196,6 +196,35 @@ class _Silent:
 
     def speech(self, windows):
         return [False] * len(windows)
+
+
+def test_a_run_raises_its_soft_limit_on_open_files(tmp_path):
+    """Inputs in flight each hold a journal and a pipe: the run raises the soft limit on open
+    files to the hard one before reading, as on Ray (checked where the model would load)."""
+    import resource
+    import sys
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 64:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    clip = make_wav(tmp_path / "tone.wav", 1.0)
+    code = (
+        "import resource, sys\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+        "import wtx.transcribe as t\n"
+        "def loaded(*args, **kwargs):\n"
+        "    print('soft', resource.getrlimit(resource.RLIMIT_NOFILE)[0], file=sys.stderr)\n"
+        "    return 0\n"
+        "t._run_loaded = loaded\n"
+        "from wtx.cli import main\n"
+        f"sys.argv = ['wtx', 'transcribe', {str(clip)!r}, '-o', {str(tmp_path / 'out')!r}]\n"
+        "main()\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    said = [line for line in run.stderr.splitlines() if line.startswith("soft ")]
+    assert said, run.stderr[-2000:]
+    assert int(said[0].split()[1]) > 64, said
 
 
 def test_inputs_without_speech_are_done_as_they_are_read():
