@@ -62,6 +62,17 @@ def test_a_language_name_decodes_with_a_multilingual_model(clip):
     assert list(segments)  # decoded, no KeyError from the tokenizer
 
 
+@pytest.mark.slow
+def test_a_language_the_model_was_not_trained_on_is_one_clear_error():
+    from wtx.engine import Engine, EngineOptions
+    from wtx.options import DecodingOptions
+
+    options = EngineOptions(model="base", device="cpu", batch_size=1,
+                            decoding=DecodingOptions(language="yue"))  # fmt: skip
+    with pytest.raises(ValueError, match="base knows 99 languages, not 'yue'"):
+        Engine(options)
+
+
 # 12, 20. names that cannot be paths: a NUL byte, a name over 255 bytes ------------------------
 
 UNUSABLE = ["bad\0name.wav", "x" * 300 + ".wav"]

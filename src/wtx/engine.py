@@ -192,6 +192,7 @@ class Engine:
         decoding = options.decoding
         if not self.dims.is_multilingual and decoding.language not in (None, "en"):
             raise ValueError(f"{options.model} is English-only; it cannot use --language {decoding.language}")
+        check_model_language(options.model, self.dims.num_languages, decoding.language)
         self.tokenizer = get_tokenizer(self.dims, decoding.language or "en", decoding.task)
         # a prompt is <|startofprev|> and up to n_text_ctx // 2 - 1 previous tokens, as in openai-whisper
         self.max_prompt = self.dims.n_text_ctx // 2 - 1 if options.condition_on_previous_text else 0
@@ -253,3 +254,15 @@ class Engine:
                 yield event.result
             elif event.error is not None:
                 raise event.error
+
+
+def check_model_language(model: str, num_languages: int, language: str | None) -> None:
+    """Raises ValueError, naming the models that know it, for a language code Whisper knows but
+    `model` was not trained on (Cantonese, "yue", came with large-v3: the 100th language)."""
+    from wtx.whisper_parts import tokenizer_module
+
+    codes = tuple(tokenizer_module().LANGUAGES)
+    if language is None or language in codes[:num_languages]:
+        return
+    raise ValueError(f"{model} knows {num_languages} languages, not {language!r}; large-v3 and "
+                     f"large-v3-turbo know all {len(codes)}")  # fmt: skip
