@@ -41,7 +41,7 @@ class BatchAligner:
         """texts_in[i] is window i's text tokens (None: no words wanted); the windows and their
         languages are the batch's, in its order. Without `probabilities` the words' probabilities
         are NaN: their tokens' probabilities take a projection onto the whole vocabulary per
-        token, about 5% of a CPU's greedy run, that only .json shows."""
+        token, a measurable part of a CPU's greedy run, that only .json shows."""
         batch = self.batch
         tokenizer, device = batch.tokenizer, batch.device
         start = [*tokenizer.sot_sequence, tokenizer.no_timestamps]

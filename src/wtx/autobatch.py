@@ -4,19 +4,13 @@ Measured with scripts/throughput.py (docs/benchmarks.md, "Batch size"): on the H
 compiled, three books four times over (3:07 of audio), batch 64 decoded tiny.en and base
 fastest of 16, 32, 64 and 128. Shapes not measured take 32. On a CPU every batch is padded to
 its size, so a small batch wastes the least on short inputs; CPU_BATCH measured fastest there
-greedy, and CPU_GROUPS with 5 beams (tiny.en, 2 threads: five minutes of copperfield in 73.8,
-57.7 and 72.0 s at 2, 4 and 8 windows; long_mix, 13:24, in 124 s at 4 and 157 s at 8). With
-beam search computing only the windows still decoding (wtx.model.LiveWindows), 8 windows ran
-copperfield (26:09) in 135.2 s against 149.6 s at 4, but the 62-second sample in 12.2 to 12.6 s
-against 8.8 to 9.6 s (2026-12-05, 2 cores with AVX-512). Once a step took the live windows' rows
-only (fp16 weights), 8 windows ran copperfield in 66.9 s against 77.9 s at 4 (in-process, the
-same text) and the sample in 6.3 to 6.9 s against 5.9 to 6.2 s: CPU_GROUPS is 8. Greedy, 16
-windows took 48.0 s against 42.3 s at 8.
+greedy, and CPU_GROUPS with 5 beams. With beam search computing only the windows still
+decoding (wtx.model.LiveWindows) and a step taking the live windows' rows only (fp16 weights),
+8 windows ran a long book faster than 4, to the same text, and a short sample a little slower:
+CPU_GROUPS is 8.
 Windows decoded alone and text only (the default: engine.resolve_modes) keep every row
-busy whatever the file, and CPU_ALONE measured fastest: copperfield in-process at beam 5 with
-int8 logits, the decode steps took 29.1, 23.7, 21.4 and 24.0 s at 8, 16, 24 and 32 windows
-(the same text: each row is computed on its own), and whole processes 47.9, 42.1 and 40.7 s at
-8, 16 and 24 (2026-12-06, 2 cores of an AMD EPYC with AVX-512).
+busy whatever the file, and CPU_ALONE measured fastest of 8, 16, 24 and 32 windows at beam 5
+with int8 logits, to the same text (each row is computed on its own).
 """
 
 import os

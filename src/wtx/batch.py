@@ -116,8 +116,8 @@ class BatchDecoder:
         (an eager CPU): one window's shape, whatever the batch, so its keys and values never
         depend on the batch. An all-zero window (the padding rows, or digital silence) reuses the
         keys and values computed for the first one: a padding row cost a whole projection of
-        1,500 rows per layer. Measured on 2 cores (tiny.en): the encoder took 3.03 s for 8 windows
-        one by one against 3.58 s as one batch, bit for bit equal."""
+        1,500 rows per layer. On a CPU the encoder measured faster on windows one by one than on
+        them as one batch, bit for bit equal (docs/benchmarks.md)."""
         decoder = self.model.decoder
         if samples.any() or self._silence is None:
             features = self.encoder(log_mel_spectrogram(samples[None], self.dims.n_mels).to(self.encoder_dtype))

@@ -132,7 +132,7 @@ def run_pass(
     times, tokens = [], []
     # what the process holds already is kept out of the garbage collector's scans, so a
     # Python-bound pass does not pay for what the process imported or ran before it (after a
-    # compiled engine is built: about 650,000 objects, 0.45 s a full collection on a 2-core CPU)
+    # compiled engine is built: about 650,000 objects, a slow full collection on a CPU)
     gc.collect()
     gc.freeze()
     try:

@@ -2,9 +2,8 @@
 
 Importing torch, Dynamo and Inductor compiles thousands of source files. pip writes their
 bytecode at install time, but many images do not: they install without it and set
-PYTHONDONTWRITEBYTECODE=1, so every process compiles them again. On the H200 machine that
-costs importing torch, Dynamo and Inductor's code cache 10.5 s; with the bytecode kept,
-4.4 s (and `import torch` plus CUDA's start, 5.4 s against 2.4 s). Such a process writes the
+PYTHONDONTWRITEBYTECODE=1, so every process compiles them again: measured the larger part of
+importing torch, Dynamo and Inductor's code cache (docs/benchmarks.md). Such a process writes the
 bytecode under the cache (`bytecode/`, private to the user like the rest: bytecode runs as
 code) instead of beside the sources, and reads it from there next time. An install that has
 its bytecode, a PYTHONPYCACHEPREFIX of the user's own, or WTX_BYTECODE_CACHE=0 is left as it is.

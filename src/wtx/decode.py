@@ -77,7 +77,7 @@ class LogitFilters(torch.nn.Module):
 
         The vocabulary is three ranges: text (below eot), special tokens, timestamps. Each rule
         masks one range, for some rows, so the masks are built per range from [B] and [V]
-        tensors; no [B, V] mask is made (a step over 20 rows spent 2 ms on them on a CPU)."""
+        tensors; no [B, V] mask is made (such masks measured costly in a CPU's step)."""
         ts_begin, eot = self.timestamp_begin, self.eot
         logits = logits.masked_fill(torch.where(i == 0, self.first_step, self.suppress), float("-inf"))
         if not self.timestamp_rules:
@@ -102,8 +102,8 @@ class LogitFilters(torch.nn.Module):
 def log_softmax_again(logits: Tensor, logprobs: Tensor, changed: Tensor) -> Tensor:
     """log_softmax(logits) [B, V], where `logprobs` is the log_softmax of the same logits before
     the rows `changed` [B] were masked further. Run eagerly on a CPU, only those rows are
-    computed again (a row's bits are its own, in any set of rows): a full log_softmax took 1.2 ms
-    of a beam-5 step for 8 windows, and the timestamp rule changes a few rows a step. Elsewhere
+    computed again (a row's bits are its own, in any set of rows): a full log_softmax is a
+    measurable part of a beam step, and the timestamp rule changes a few rows a step. Elsewhere
     every row, in place of `logprobs` (fixed shapes, no host sync)."""
     if logits.device.type != "cpu" or torch.compiler.is_compiling():
         return torch.log_softmax(logits, dim=-1)

@@ -49,10 +49,9 @@ def pick_device(device: str | None) -> torch.device:
 def pick_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     """"auto" (or None): fp16 on CUDA, fp32 on a CPU (whose encoder may run in bf16: pick_encoder_dtype).
 
-    bf16 is not the CPU's default, even where the CPU runs it natively: on 2 cores of an AMD EPYC
-    with AVX-512 BF16 (torch 2.13.0, tiny.en, copperfield, 26:09) it took 176.9 s against 219.3 s
-    at beam 5, but its WER was 14.04% against 11.62% (beam 1: 77.3 s against 119.8 s, 13.00%
-    against 12.83%; scripts/bench_cpu.py, docs/benchmarks.md)."""
+    bf16 is not the CPU's default, even where the CPU runs it natively: with AVX-512 BF16 it
+    measured faster than float32 but less accurate, at beam 5 and greedy (scripts/bench_cpu.py,
+    docs/benchmarks.md)."""
     if dtype in (None, "auto"):
         return torch.float16 if device.type == "cuda" else torch.float32
     return DTYPES[dtype]
@@ -73,11 +72,10 @@ def pick_encoder_dtype(dtype: str | None, device: torch.device, model_dtype: tor
     """The encoder's dtype: the model's, except for "auto" (or None) on a CPU in float32, eager,
     that computes bf16 natively: there the encoder runs in bf16 and the decoder in float32.
 
-    On 2 cores of an AMD EPYC with AVX-512 BF16 (torch 2.13.0, tiny.en) a window's encoder took
-    0.167 s in bf16 against 0.251 s in float32; over the five long files of scripts/eval_wer.py
-    (64:02) the average WER was 9.21% against 9.28% at beam 5 and 10.52% in both greedy
-    (docs/benchmarks.md). The whole model in bf16 lost 2.4 points at beam 5 on copperfield,
-    mostly to the logits' rounding. native: whether the CPU that runs it computes bf16
+    With AVX-512 BF16 a window's encoder measured faster in bf16 than in float32, at the same
+    WER over the five long files of scripts/eval_wer.py, at beam 5 and greedy
+    (docs/benchmarks.md). The whole model in bf16 was less accurate at beam 5, mostly through
+    the logits' rounding. native: whether the CPU that runs it computes bf16
     natively (default: this one's)."""
     auto = dtype in (None, "auto") and device.type == "cpu" and model_dtype == torch.float32 and not compile
     return torch.bfloat16 if auto and (native_bf16() if native is None else native) else model_dtype
@@ -88,12 +86,11 @@ def pick_cross_dtype(quantized: str | None, encoder_dtype: torch.dtype, dtype: t
     in bf16 (--dtype auto on a CPU that computes bf16 natively), else the model's.
 
     A decode step reads every window's keys and values over its 1,500 audio frames in each layer:
-    for 8 windows at beam 5 on 2 cores (tiny.en, copperfield, text only), bf16 halved those bytes
-    and took the steps from 35.6 to 31.6 s, 29.1 s with int8 logits (docs/benchmarks.md). They
-    are rounded to bf16, so the text moves (alone, with timestamp tokens, enough to decode more
-    windows again: 16 batches of copperfield against 12), so it comes with int8 logits only
-    (--quantize int8, the default on a CPU with VNNI); with timestamps and prompts, a run took
-    77.2 s against fp16's 85.7 s at a WER of 11.77% against 11.71%."""
+    bf16 halves those bytes, and on a CPU the steps measured faster, more so with int8 logits
+    (docs/benchmarks.md). They are rounded to bf16, so the text moves (alone, with timestamp
+    tokens, enough to decode more windows again), so it comes with int8 logits only
+    (--quantize int8, the default on a CPU with VNNI); with timestamps and prompts, a run
+    measured faster than fp16's at about its WER."""
     native = quantized == "int8" and encoder_dtype == torch.bfloat16 and dtype == torch.float32
     return torch.bfloat16 if native else dtype
 
@@ -104,24 +101,21 @@ def pick_text_only(without_timestamps: bool | None, split: str = "silence") -> b
     Whisper's timestamp tokens where they are cut every 30 s ("fixed").
 
     Text only, each window is one segment: no window tail is decoded again and a batch takes
-    fewer steps. On 2 cores (tiny.en, copperfield, 26:09, beam 5, one run) the whole process
-    took 43.5 s against 91.0 s with timestamps and prompts, and over five long files the WER was
-    lower, 8.62% against 9.21% in fp16. On an H100 the three books (46:49) took 11.1 s as a whole
-    process against 13.5 s, words for the subtitles included, at 11.91% against 12.59% (beam 5;
-    greedy 9.3 s against 10.5 s, 13.85% against 14.11%; docs/benchmarks.md).
+    fewer steps. Against timestamps and prompts, whole processes measured faster and the WER
+    lower on the long files measured, on a CPU and on a GPU, at beam 5 and greedy
+    (docs/benchmarks.md).
 
     A window cut in the middle of speech often ends early in text only: with windows cut every
-    30 s (--split fixed), copperfield's WER was 46.9% at beam 5 (47.5% greedy; 17 of 50 windows
-    under a word a second) against 13.9% with timestamps (14.7% greedy), which carry such a
-    window's tail into the next (docs/accuracy.md)."""
+    30 s (--split fixed), text only measured far less accurate than timestamps, which carry such
+    a window's tail into the next (docs/accuracy.md)."""
     return split == "silence" if without_timestamps is None else without_timestamps
 
 
 def pick_condition(condition: bool | None, text_only: bool) -> bool:
     """Whether a window is prompted with the previous window's text. None (auto): with
     timestamp tokens, as openai-whisper's transcribe(); text only, each window alone, as
-    faster-whisper's batched pipeline: on copperfield, greedy and text only, prompts took the
-    WER from 11.45% to 12.40% (docs/benchmarks.md), and every row of a batch can take any window."""
+    faster-whisper's batched pipeline: greedy and text only, prompts measured a higher WER
+    (docs/benchmarks.md), and every row of a batch can take any window."""
     return not text_only if condition is None else condition
 
 
@@ -144,8 +138,8 @@ def pick_quantize(quantize: str | None, device: torch.device, dtype: torch.dtype
     Whisper's weights are fp16 in its checkpoints, so fp16 rounds nothing: it comes within
     float32's error of float64. int8 is off by up to 1.2 in a logit, but each row's 16 largest
     are computed again from the fp16 weights (wtx.quantize); on a CPU with VNNI its
-    logits take 8-bit rows, 2.3x faster than fp16's for 40 rows (docs/benchmarks.md for the text
-    it gives). A row's bits are its own in both, so one call takes all of a step's live rows."""
+    logits take 8-bit rows, measured faster than fp16's (docs/benchmarks.md, with the text it
+    gives). A row's bits are its own in both, so one call takes all of a step's live rows."""
     runs = device.type == "cpu" and dtype == torch.float32 and not compile
     if quantize in (None, "auto"):
         if not runs:

@@ -84,14 +84,13 @@ def decoder_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = Non
     matmuls with a float32 softmax, which compute every row on its own, to the same bits
     whichever rows are computed beside it (torch's CPU flash kernel splits its work by the
     batch's size: a row's bits changed with it). So a step computes only the windows still
-    decoding, in runs of neighbours (LiveWindows). For a step's cross-attention (8 rows, 6 heads,
-    1500 keys, float32) the matmuls took 0.97 ms against SDPA's 0.90 ms in one call and 1.51 ms
-    row by row; a prompt's many queries stay with SDPA (the prefill took 0.2 s longer a batch
-    with matmuls). In bf16 torch's flash kernel took 4.3 ms for that cross-attention where the
-    matmuls take 0.76 ms. Run eagerly on a CPU, self-attention (input_pos given) reads the cache
-    only up to the last slot written, which every row of every batch has at the same step: for
-    20 rows (4 windows x 5 beams) at slot 240 of 449, 0.49 ms instead of 1.43 ms on 2 AVX2 cores.
-    (torch 2.13.0, 2 cores of an AMD EPYC.)"""
+    decoding, in runs of neighbours (LiveWindows). For a step's cross-attention in float32 the
+    matmuls measured close to SDPA in one call and slower row by row; a prompt's many queries
+    stay with SDPA (the prefill measured slower with matmuls). In bf16 torch's flash kernel
+    measured several times slower than the matmuls for that cross-attention. Run eagerly on a
+    CPU, self-attention (input_pos given) reads the cache only up to the last slot written,
+    which every row of every batch has at the same step: measured faster than the whole cache
+    (docs/benchmarks.md)."""
     if q.device.type != "cpu":
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     last = eager_cpu_slot(input_pos) if input_pos is not None else None
@@ -141,12 +140,11 @@ class LiveWindows:
     row on its own (decoder_attention); beam search's float32 logits are a product per window,
     packed fp16 or int8 logits one call for all live rows (a row's bits its own), greedy float32
     logits the whole batch. So a window's tokens are the same whichever windows are still
-    decoding beside it. On copperfield (26:09, tiny.en, beam 5, batch 4, 2 cores) the process
-    took 149.6 s against 170.8 s computing every row, writing the same bytes. Where the decoder's
-    linear layers and logits give a row the same bits in any set of rows (fp16 weights,
-    TextDecoder.rows_apart), a step takes the live rows only (`compact`): the linear layers and
-    the vocabulary-wide work skip the ended windows too (copperfield at beam 5, batch 8,
-    in-process: 66.9 s against 82.7 s)."""
+    decoding beside it. At beam 5 on a CPU this measured faster than computing every row,
+    writing the same bytes. Where the decoder's linear layers and logits give a row the same
+    bits in any set of rows (fp16 weights, TextDecoder.rows_apart), a step takes the live rows
+    only (`compact`): the linear layers and the vocabulary-wide work skip the ended windows too,
+    measured faster still (docs/benchmarks.md)."""
 
     windows: list[int]
     group: int
@@ -236,7 +234,7 @@ class CrossKV(nn.Module):
 
     k and v are [B, H, n_audio_ctx, Dh]. On a CPU the keys are laid out [B, H, Dh, n_audio_ctx]
     in memory (k is a transposed view), so a decode step's q @ k^T multiplies by a contiguous
-    matrix: for 4 windows x 5 beams, 4 layers, 5.9 ms against 6.7 ms, to the same bits."""
+    matrix: measured faster than keys stored [B, H, n_audio_ctx, Dh], to the same bits."""
 
     def __init__(self, batch_size: int, n_head: int, n_audio_ctx: int, head_dim: int, dtype, device):
         super().__init__()
@@ -464,8 +462,8 @@ class TextDecoder(nn.Module):
             return self.projection(x)
         weight = self.token_embedding.weight
         if x.device.type == "cpu" and not torch.compiler.is_compiling():
-            # [n_vocab, D] @ [D, rows]: on a CPU faster than stock's rows times the weight's
-            # transpose (1.3x at 20 rows, 2x at 4 to 8), not always to the same bits
+            # [n_vocab, D] @ [D, rows]: on a CPU measured faster than stock's rows times the
+            # weight's transpose, most at a few rows, not always to the same bits
             # (scripts/logits_layout.py, docs/benchmarks.md); the copy back to rows is small
             rows = x.reshape(-1, x.shape[-1])
             return (weight @ rows.T).T.contiguous().view(*x.shape[:-1], -1).float()

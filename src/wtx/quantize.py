@@ -12,8 +12,8 @@ for tiny.en) whole, for a few rows; in float32 that is the largest part of a ste
 - int8 (`Int8Linear`): weights in int8 with a scale per output channel, off by up to 1.2 in a
   tiny.en logit. For the logits (int8_projection) each row's 16 largest are then computed again
   from the fp16 weights, so the tokens greedy and beam search pick between are ranked exactly:
-  over five long files (tiny.en, CPU, text only) the WER came back to fp16's, 8.63% against
-  8.62% at beam 5 (int8 alone 9.03%) and 10.02% against 10.06% greedy (10.22%). Activations
+  over five long files (tiny.en, CPU, text only) the WER came back to fp16's at beam 5 and
+  greedy, where int8 alone measured higher (docs/benchmarks.md). Activations
   are quantised per row (per token), so that a row's result never depends on the other rows of
   its batch. fbgemm's dynamic linear picks one scale for its whole input from the input's range;
   one fixed anchor row [1, -1, 0, ...] pins that range to [-1, 1], and each row, divided by its
@@ -24,9 +24,9 @@ for tiny.en) whole, for a few rows; in float32 that is the largest part of a ste
   and each row is written as two rows of integers within +-63, its value and its rounding error
   (in steps 126 times finer), adding no error of their own at twice the multiplications.
 
-On 2 cores (AMD EPYC with AVX-512 VNNI, torch 2.13.0), tiny.en's projection for 40 rows (8
-windows x 5 beams): int8 in 8 bits 4.3 ms, fp16 9.8 ms, float32 22 ms; for 20 rows, fp16 4.9 ms,
-int8 in two 7-bit rows 4.7 ms."""
+On a CPU with VNNI, tiny.en's projection for a step's rows measured fastest in int8 in 8 bits,
+then fp16, then float32; int8 in two 7-bit rows measured about as fast as fp16
+(docs/benchmarks.md)."""
 
 import functools
 import warnings
@@ -171,21 +171,20 @@ def fp16_projection(model: Whisper) -> Fp16Linear:
 
 def int8_projection(model: Whisper) -> Int8Linear:
     """The model's logit projection in int8, for TextDecoder.projection. The decoder's linear
-    layers stay fp16 (fp16_linears): int8 measured slower there, by up to 4.9x in the encoder
+    layers stay fp16 (fp16_linears): int8 measured slower there, much slower in the encoder
     (1,500 rows a window, where float32 GEMMs run near their peak), and in a decode step's
-    384-wide layers no faster even in 8-bit rows (40 rows: 0.25 against fp16's 0.25 ms for the
-    MLP's, 0.12 against 0.07 ms for a 384 x 384 layer: quantising the rows costs what the
-    products save). CPU, float32 only."""
+    384-wide layers no faster even in 8-bit rows (quantising the rows costs what the products
+    save). CPU, float32 only."""
     _check(model, "int8")
     return Int8Linear(model.decoder.token_embedding.weight, rescored=RESCORED)
 
 
 def fp16_linears(model: Whisper) -> dict[str, Fp16Linear]:
     """Every linear layer of the decoder's blocks with fp16 weights, by name under
-    `decoder.blocks` (for install_linears). fbgemm's fp16 GEMM took 0.07 ms against MKL's 0.12 ms
-    for 8 rows of an MLP layer on 2 cores, and 5.8 against 7.4 ms for a prompt's 908 rows; and it
-    gives a row the same bits whatever number of rows it computes, where MKL's float32 GEMM did
-    not below 12 rows. CPU, float32 only."""
+    `decoder.blocks` (for install_linears). fbgemm's fp16 GEMM measured faster than MKL's
+    float32 GEMM on a CPU, for a step's rows and for a prompt's; and it gives a row the same
+    bits whatever number of rows it computes, where MKL's float32 GEMM did not below 12 rows.
+    CPU, float32 only."""
     _check(model, "fp16")
     return {name: Fp16Linear(m.weight, m.bias) for name, m in _plain_linears(model.decoder).items()}
 

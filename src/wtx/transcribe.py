@@ -243,7 +243,7 @@ def _run(inputs: list[Input], problems: list[str], job: Job) -> int:
 def _run_loaded(inputs, problems, failed, plan, skipped, job: Job, readahead: ReadAhead) -> int:
     # every input's duration from its header (for the progress bar and the checks after
     # reading), asked of ffmpeg a few at a time while torch and the model load: one after
-    # another, 60 short clips took 6 s on 2 cores before the first window could decode
+    # another, many short clips measured a long wait before the first window could decode
     probes = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="wtx-probe")
     probing = {i.path: probes.submit(probe_duration, i.path) for i in inputs}
     probes.shutdown(wait=False)  # its threads finish the probes, then end

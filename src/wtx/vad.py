@@ -135,11 +135,10 @@ class SpeechDetector:
     def speech(self, windows: list[Window]) -> list[bool]:
         """Whether each of up to `group` windows holds speech. A window is scored as `parts`
         independent stretches side by side, fewer sequential steps, with the same decisions.
-        Against groups of 8 windows in 4 stretches, a CPU's 16 windows in 8 stretches scored
-        copperfield (61 windows) in 1.24 s instead of 2.46 s and the bundled sample (3 windows)
-        in 0.31 s for 0.32 s on 2 cores (torch 2.13.0), and over the 171 windows of ../shared's
-        recordings and tests/test_hardening's noise, tones, music and room tone, no decision
-        changed (speech frames per window moved by 0.7% at the median, 3.4% at most). On a GPU
+        Against groups of 8 windows in 4 stretches, a CPU's 16 windows in 8 stretches measured
+        faster on a long book and as fast on the bundled sample, and over the 171 windows of
+        ../shared's recordings and tests/test_hardening's noise, tones, music and room tone, no
+        decision changed (speech frames per window moved a little). On a GPU
         a group of 64 windows in 4 stretches is one CUDA graph."""
         rows = np.zeros((self.group, windows[0].samples.shape[0]), dtype=np.float32)
         for i, w in enumerate(windows):
