@@ -406,7 +406,6 @@ def _ray_backend(options, job: Job, stack: ExitStack) -> "_Backend | int":
 
     started = time.perf_counter()
     threads = job.threads or torch.get_num_threads()  # this machine's choice, as a single process makes it
-    _open_files_for_every_journal()
     out, err, log = stack.enter_context(cluster.quiet_output())
     previous, stderr.file = stderr.file, err
     stack.callback(setattr, stderr, "file", previous)
