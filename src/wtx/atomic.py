@@ -58,25 +58,24 @@ def _check_targets(paths: list[Path]) -> None:
                            f"away or choose another -o folder (none of the set was written)")
 
 
-def _remove_if_stale(folder: Path, name: str) -> bool:
-    """Removes `folder/name` if it is a temporary that no living writer holds (True if removed):
-    a regular file (never a link) of this user, older than GRACE, whose lock is free."""
+def remove_unheld(path: Path, min_age: float = 0.0) -> bool:
+    """Removes `path` if it is a regular file (never a link) of this user, at least `min_age`
+    seconds old, that no process holds locked; True if it did. Anything else leaves it alone."""
     try:
-        fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # a link, gone, or not ours to read
         return False
     try:
         st = os.fstat(fd)
-        young = time.time() - st.st_mtime < GRACE
+        young = time.time() - st.st_mtime < min_age
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or young:
             return False
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        now = os.lstat(folder / name)
-        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
-            return False
-        os.unlink(folder / name)
+        if not os.path.samestat(st, os.lstat(path)):
+            return False  # replaced since it was opened
+        os.unlink(path)
         return True
-    except OSError:  # held by a writer, or gone meanwhile
+    except OSError:  # held by another process, or gone meanwhile
         return False
     finally:
         os.close(fd)
@@ -84,7 +83,7 @@ def _remove_if_stale(folder: Path, name: str) -> bool:
 
 def sweep(paths: list[Path]) -> list[Path]:
     """Removes the temporaries of `paths` that writers killed before renaming them left behind;
-    returns them. Temporaries in flight in another process are left alone (`_remove_if_stale`)."""
+    returns them. Temporaries in flight in another process are left alone (`remove_unheld`)."""
     removed = []
     for folder, group in _by_folder(paths).items():
         try:
@@ -93,7 +92,7 @@ def sweep(paths: list[Path]) -> list[Path]:
             continue
         pattern = re.compile("|".join(re.escape(_prefix(p)) + _RANDOM + r"\.tmp" for p in group))
         ours = [n for n in names if pattern.fullmatch(n)]
-        removed += [folder / n for n in ours if _remove_if_stale(folder, n)]
+        removed += [folder / n for n in ours if remove_unheld(folder / n, GRACE)]
     return removed
 
 

@@ -26,8 +26,10 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wtx.atomic import remove_unheld
 from wtx.errors import WtxError
 from wtx.names import display, hidden_name
+from wtx.paths import not_private
 
 VERSION = 5  # 5: inputs known by content, records authenticated (4: chunks of 8 windows)
 
@@ -90,15 +92,6 @@ def _open_private(path: Path, exclusive: bool = False) -> int:
         os.close(fd)
         raise WtxError(f"{display(path)}: the journal's name is not a regular file; remove it or use --no-resume")
     return fd
-
-
-def _untrusted(st: os.stat_result) -> str | None:
-    """Why a journal file may hold someone else's records, or None."""
-    if st.st_uid != os.getuid():
-        return f"it is owned by user id {st.st_uid}, not by you"
-    if st.st_mode & 0o077:
-        return f"others can read or write it (mode {stat.S_IMODE(st.st_mode):04o}, not 0600)"
-    return None
 
 
 MAC_PREFIX = b'{"mac": "'
@@ -195,10 +188,10 @@ class Journal:
         with contextlib.suppress(FileNotFoundError):
             st = os.lstat(path)
             # never opened, locked or read
-            if stat.S_ISREG(st.st_mode) and (reason := _untrusted(st)):
+            if stat.S_ISREG(st.st_mode) and (reason := not_private(st)):
                 self._move_aside(reason)
         self._fd = _open_private(path, exclusive=self.set_aside is not None)
-        if reason := _untrusted(os.fstat(self._fd)):  # planted between the two looks
+        if reason := not_private(os.fstat(self._fd)):  # planted between the two looks
             os.close(self._fd)
             raise WtxError(f"{display(path)}: the journal is not used ({reason}); remove it, "
                            f"or use --no-resume")
@@ -291,24 +284,7 @@ class Journal:
 def remove_leftover(path: Path) -> bool:
     """Removes the journal at `path` where it is a file of this user's that no process holds
     (outputs finished by a run killed before it removed its journal); True if it did."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return False  # none, a link, or not ours to read
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # another process works on it
-        if not os.path.samestat(st, os.lstat(path)):
-            return False  # replaced since it was opened
-        os.unlink(path)
-        return True
-    finally:
-        os.close(fd)
+    return remove_unheld(path)
 
 
 def _record(entry: Entry) -> dict:

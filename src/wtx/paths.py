@@ -121,6 +121,16 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def not_private(st: os.stat_result) -> str | None:
+    """Why a file of this user's private state (a journal, the journal key) may hold someone
+    else's bytes: another owner, or others may read or write it; None when it is private."""
+    if st.st_uid != os.getuid():
+        return f"it is owned by user id {st.st_uid}, not by you"
+    if st.st_mode & 0o077:
+        return f"others can read or write it (mode {stat.S_IMODE(st.st_mode):04o}, not 0600)"
+    return None
+
+
 JOURNAL_KEY = "journal.key"
 
 
@@ -134,8 +144,7 @@ def journal_key() -> bytes:
         try:
             _publish(path, secrets.token_bytes(32))
         except OSError as e:
-            raise WtxError(f"{path}: cannot create the journal key ({e.strerror or e}); make "
-                           f"{folder} writable or set WTX_CACHE_DIR to another folder") from e
+            raise unusable(folder, e, "create the journal key") from e
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
@@ -146,10 +155,10 @@ def journal_key() -> bytes:
         key = os.read(fd, 64)
     finally:
         os.close(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise UntrustedCache(f"{path}: the journal key is not a private file of yours (owner "
-                             f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); remove it (a new "
-                             f"one is made)")
+    reason = "it is not a regular file" if not stat.S_ISREG(st.st_mode) else not_private(st)
+    if reason:
+        raise UntrustedCache(f"{path}: the journal key is not a private file of yours ({reason}); "
+                             f"remove it (a new one is made)")  # fmt: skip
     if len(key) != 32:
         raise WtxError(f"{path}: the journal key is damaged; remove it (a new one is made)")
     return key
